@@ -1,0 +1,282 @@
+#include "db.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+
+namespace stateengine {
+namespace {
+
+constexpr size_t kDefaultBudget = 256ull << 20;
+constexpr double kDefaultWriteBufferRatio = 0.5;
+constexpr size_t kMinWriteBuffer = 2ull << 20;
+constexpr size_t kMaxWriteBuffer = 64ull << 20;
+
+}  // namespace
+
+MemoryBudget::MemoryBudget() : bytes_(kDefaultBudget), write_buffer_ratio_(kDefaultWriteBufferRatio) {
+  rocksdb::LRUCacheOptions opts;
+  opts.capacity = bytes_;
+  opts.num_shard_bits = 4;
+  opts.high_pri_pool_ratio = 0.1;  // index and filter blocks stay ahead of data blocks
+  cache_ = rocksdb::NewLRUCache(opts);
+  // Memtable memory is charged to the cache, so cache + memtables share one bound.
+  wbm_ = std::make_shared<rocksdb::WriteBufferManager>(
+      static_cast<size_t>(bytes_ * write_buffer_ratio_), cache_);
+}
+
+MemoryBudget& MemoryBudget::Instance() {
+  static MemoryBudget* budget = new MemoryBudget();  // never destroyed: DBs may outlive statics
+  return *budget;
+}
+
+void MemoryBudget::Configure(size_t bytes, double write_buffer_ratio) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bytes_ = bytes;
+  write_buffer_ratio_ = write_buffer_ratio;
+  cache_->SetCapacity(bytes);
+  wbm_->SetBufferSize(static_cast<size_t>(bytes * write_buffer_ratio));
+}
+
+size_t MemoryBudget::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+double MemoryBudget::write_buffer_ratio() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return write_buffer_ratio_;
+}
+
+size_t MemoryBudget::CacheUsage() const { return cache_->GetUsage(); }
+size_t MemoryBudget::MemtableUsage() const { return wbm_->memory_usage(); }
+
+rocksdb::DBOptions StateDB::MakeDBOptions() {
+  rocksdb::DBOptions o;
+  o.create_if_missing = true;
+  o.create_missing_column_families = true;
+  o.write_buffer_manager = MemoryBudget::Instance().write_buffer_manager();
+  o.max_background_jobs = 2;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  o.keep_log_file_num = 2;
+  o.max_log_file_size = 1 << 20;
+  o.stats_dump_period_sec = 0;
+  o.stats_persist_period_sec = 0;
+  // Durability comes from checkpoints: nothing in the local directory must survive a crash.
+  o.avoid_flush_during_shutdown = true;
+  return o;
+}
+
+rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamilySpec& spec) const {
+  rocksdb::ColumnFamilyOptions o;
+  MemoryBudget& budget = MemoryBudget::Instance();
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = budget.cache();
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
+  t.cache_index_and_filter_blocks = true;
+  t.cache_index_and_filter_blocks_with_high_priority = true;
+  t.pin_l0_filter_and_index_blocks_in_cache = true;
+  t.block_size = 16 * 1024;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  const size_t per_cf = static_cast<size_t>(budget.bytes() * budget.write_buffer_ratio() / 4);
+  o.write_buffer_size = std::clamp(per_cf, kMinWriteBuffer, kMaxWriteBuffer);
+  o.max_write_buffer_number = 2;
+  switch (spec.merge) {
+    case MergeKind::kList:
+      o.merge_operator = NewListAppendOperator();
+      break;
+    case MergeKind::kNumeric:
+      o.merge_operator = NewNumericOperator(spec.numeric_op, spec.numeric_codec);
+      break;
+    case MergeKind::kNone:
+      break;
+  }
+  return o;
+}
+
+rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
+                              std::unique_ptr<StateDB>* out) {
+  std::unique_ptr<StateDB> s(new StateDB());
+  s->path_ = path;
+  s->write_options_.disableWAL = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+  descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+  for (const auto& spec : cfs) descs.emplace_back(spec.name, s->MakeColumnFamilyOptions(spec));
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Status st = rocksdb::DB::Open(MakeDBOptions(), path, descs, &handles, &s->db_);
+  if (!st.ok()) return st;
+  // handles[0] is RocksDB's default family, which no state uses; keep it only to close it.
+  s->db_->DestroyColumnFamilyHandle(handles[0]);
+  s->handles_.assign(handles.begin() + 1, handles.end());
+  s->specs_ = cfs;
+  *out = std::move(s);
+  return rocksdb::Status::OK();
+}
+
+StateDB::~StateDB() { Close(); }
+
+rocksdb::Status StateDB::Close() {
+  if (db_ == nullptr) return rocksdb::Status::OK();
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+  handles_.clear();
+  rocksdb::Status st = db_->Close();
+  delete db_;
+  db_ = nullptr;
+  return st;
+}
+
+rocksdb::Status StateDB::CreateColumnFamily(const ColumnFamilySpec& spec, int* index) {
+  rocksdb::ColumnFamilyHandle* h = nullptr;
+  rocksdb::Status st = db_->CreateColumnFamily(MakeColumnFamilyOptions(spec), spec.name, &h);
+  if (!st.ok()) return st;
+  handles_.push_back(h);
+  specs_.push_back(spec);
+  *index = static_cast<int>(handles_.size()) - 1;
+  return st;
+}
+
+rocksdb::Status StateDB::DropColumnFamily(int index) {
+  rocksdb::Status st = db_->DropColumnFamily(handles_[index]);
+  if (!st.ok()) return st;
+  db_->DestroyColumnFamilyHandle(handles_[index]);
+  handles_[index] = nullptr;
+  rocksdb::ColumnFamilyHandle* h = nullptr;
+  st = db_->CreateColumnFamily(MakeColumnFamilyOptions(specs_[index]), specs_[index].name, &h);
+  handles_[index] = h;
+  return st;
+}
+
+int StateDB::FindColumnFamily(const std::string& name) const {
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (specs_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+rocksdb::Status StateDB::Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value) {
+  value->Reset();
+  return db_->Get(read_options_, handles_[cf], key, value);
+}
+
+rocksdb::Status StateDB::Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
+  return db_->Put(write_options_, handles_[cf], key, value);
+}
+
+rocksdb::Status StateDB::Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
+  return db_->Merge(write_options_, handles_[cf], key, value);
+}
+
+rocksdb::Status StateDB::Delete(int cf, const rocksdb::Slice& key) {
+  return db_->Delete(write_options_, handles_[cf], key);
+}
+
+rocksdb::Status StateDB::DeleteRange(int cf, const rocksdb::Slice& begin,
+                                     const rocksdb::Slice& end) {
+  return db_->DeleteRange(write_options_, handles_[cf], begin, end);
+}
+
+rocksdb::Status StateDB::Write(rocksdb::WriteBatch* batch) {
+  return db_->Write(write_options_, batch);
+}
+
+rocksdb::Status StateDB::PutMany(int cf, const std::vector<std::string>& keys,
+                                 const std::vector<std::string>& values) {
+  rocksdb::WriteBatch batch;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    rocksdb::Status st = batch.Put(handles_[cf], keys[i], values[i]);
+    if (!st.ok()) return st;
+  }
+  return db_->Write(write_options_, &batch);
+}
+
+rocksdb::Status StateDB::DeletePrefix(int cf, const std::string& prefix) {
+  const std::string upper = PrefixSuccessor(prefix);
+  rocksdb::ReadOptions ro;
+  rocksdb::Slice lower_slice(prefix), upper_slice(upper);
+  ro.iterate_lower_bound = &lower_slice;
+  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[cf]));
+  rocksdb::WriteBatch batch;
+  for (it->Seek(lower_slice); it->Valid(); it->Next()) {
+    rocksdb::Status st = batch.Delete(handles_[cf], it->key());
+    if (!st.ok()) return st;
+  }
+  if (!it->status().ok()) return it->status();
+  return batch.Count() == 0 ? rocksdb::Status::OK() : db_->Write(write_options_, &batch);
+}
+
+rocksdb::Status StateDB::Scan(int cf, const std::string& lower, const std::string& upper,
+                              size_t limit, bool reverse, std::vector<KeyValue>* out) {
+  rocksdb::ReadOptions ro;
+  rocksdb::Slice lower_slice(lower), upper_slice(upper);
+  ro.iterate_lower_bound = &lower_slice;
+  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+  ro.fill_cache = false;  // scans must not evict the working set of point lookups
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[cf]));
+  if (reverse) {
+    it->SeekToLast();
+  } else {
+    it->Seek(lower_slice);
+  }
+  for (; it->Valid() && (limit == 0 || out->size() < limit); reverse ? it->Prev() : it->Next()) {
+    out->push_back({it->key().ToString(), it->value().ToString()});
+  }
+  return it->status();
+}
+
+rocksdb::Status StateDB::Count(int cf, const std::string& lower, const std::string& upper,
+                               uint64_t* count) {
+  rocksdb::ReadOptions ro;
+  rocksdb::Slice lower_slice(lower), upper_slice(upper);
+  ro.iterate_lower_bound = &lower_slice;
+  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[cf]));
+  uint64_t n = 0;
+  for (it->Seek(lower_slice); it->Valid(); it->Next()) ++n;
+  *count = n;
+  return it->status();
+}
+
+rocksdb::Status StateDB::Flush() {
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  std::vector<rocksdb::ColumnFamilyHandle*> live(handles_.begin(), handles_.end());
+  return db_->Flush(fo, live);
+}
+
+rocksdb::Status StateDB::CompactAll() {
+  rocksdb::CompactRangeOptions co;
+  for (auto* h : handles_) {
+    rocksdb::Status st = db_->CompactRange(co, h, nullptr, nullptr);
+    if (!st.ok()) return st;
+  }
+  return rocksdb::Status::OK();
+}
+
+ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, int numeric_op,
+                                      int numeric_codec) {
+  ColumnFamilySpec spec;
+  spec.name = name;
+  spec.merge = static_cast<MergeKind>(merge_kind);
+  spec.numeric_op = static_cast<NumericOp>(numeric_op);
+  spec.numeric_codec = static_cast<Codec>(numeric_codec);
+  return spec;
+}
+
+std::string PrefixSuccessor(const std::string& prefix) {
+  std::string s = prefix;
+  while (!s.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(s.back());
+    if (last != 0xFF) {
+      ++last;
+      return s;
+    }
+    s.pop_back();
+  }
+  return s;
+}
+
+}  // namespace stateengine

@@ -1,0 +1,122 @@
+// One RocksDB instance per backend with one column family per registered state.
+// Invariant: every instance in the process draws block cache and memtables from the single
+// MemoryBudget, so their sum stays bounded by it; the write-ahead log is always off because
+// durability comes from checkpoints, never from the local directory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
+
+#include "codec.h"
+#include "merge_operators.h"
+
+namespace stateengine {
+
+class MemoryBudget {
+ public:
+  static MemoryBudget& Instance();
+  // Resizes the shared cache and write-buffer limit; open instances follow immediately.
+  void Configure(size_t bytes, double write_buffer_ratio);
+  size_t bytes() const;
+  double write_buffer_ratio() const;
+  size_t CacheUsage() const;
+  size_t MemtableUsage() const;
+  std::shared_ptr<rocksdb::Cache> cache() const { return cache_; }
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffer_manager() const { return wbm_; }
+
+ private:
+  MemoryBudget();
+  mutable std::mutex mu_;
+  size_t bytes_;
+  double write_buffer_ratio_;
+  std::shared_ptr<rocksdb::Cache> cache_;
+  std::shared_ptr<rocksdb::WriteBufferManager> wbm_;
+};
+
+enum class MergeKind : uint8_t { kNone = 0, kList = 1, kNumeric = 2 };
+
+struct ColumnFamilySpec {
+  std::string name;
+  MergeKind merge = MergeKind::kNone;
+  NumericOp numeric_op = NumericOp::kSum;
+  Codec numeric_codec = kAny;
+};
+
+// Built from plain integers so the Cython layer never has to name the enum classes.
+ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, int numeric_op,
+                                      int numeric_codec);
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+};
+
+class StateDB {
+ public:
+  // Opens (creating if needed) the database at path with exactly the given column families.
+  static rocksdb::Status Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
+                              std::unique_ptr<StateDB>* out);
+  ~StateDB();
+  StateDB(const StateDB&) = delete;
+  StateDB& operator=(const StateDB&) = delete;
+
+  rocksdb::Status Close();
+  rocksdb::Status CreateColumnFamily(const ColumnFamilySpec& spec, int* index);
+  // Drops and recreates a column family with the same spec: the fastest way to clear a state.
+  rocksdb::Status DropColumnFamily(int index);
+  int FindColumnFamily(const std::string& name) const;
+  size_t num_column_families() const { return handles_.size(); }
+  const ColumnFamilySpec& spec(int index) const { return specs_[index]; }
+  rocksdb::ColumnFamilyHandle* handle(int index) const { return handles_[index]; }
+  rocksdb::DB* raw() const { return db_; }
+  const std::string& path() const { return path_; }
+
+  rocksdb::Status Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value);
+  rocksdb::Status Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
+  rocksdb::Status Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
+  rocksdb::Status Delete(int cf, const rocksdb::Slice& key);
+  rocksdb::Status DeleteRange(int cf, const rocksdb::Slice& begin, const rocksdb::Slice& end);
+  rocksdb::Status Write(rocksdb::WriteBatch* batch);
+  // One atomic write batch of puts (keys[i] -> values[i]).
+  rocksdb::Status PutMany(int cf, const std::vector<std::string>& keys,
+                          const std::vector<std::string>& values);
+  // Deletes every key starting with prefix, one point delete each: range tombstones would
+  // outlive the entries and slow every later read of the column family.
+  rocksdb::Status DeletePrefix(int cf, const std::string& prefix);
+  // Up to limit entries with lower <= key < upper (an empty upper means unbounded), in key
+  // order or, if reverse, from the largest key down. A limit of 0 means no limit.
+  rocksdb::Status Scan(int cf, const std::string& lower, const std::string& upper, size_t limit,
+                       bool reverse, std::vector<KeyValue>* out);
+  // Number of entries with lower <= key < upper.
+  rocksdb::Status Count(int cf, const std::string& lower, const std::string& upper,
+                        uint64_t* count);
+  rocksdb::Status Flush();
+  rocksdb::Status CompactAll();
+  const rocksdb::WriteOptions& write_options() const { return write_options_; }
+
+ private:
+  StateDB() = default;
+  rocksdb::ColumnFamilyOptions MakeColumnFamilyOptions(const ColumnFamilySpec& spec) const;
+  static rocksdb::DBOptions MakeDBOptions();
+
+  rocksdb::DB* db_ = nullptr;
+  std::string path_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::vector<ColumnFamilySpec> specs_;
+  rocksdb::WriteOptions write_options_;
+  rocksdb::ReadOptions read_options_;
+};
+
+// The smallest key greater than every key starting with prefix ("" if there is none).
+std::string PrefixSuccessor(const std::string& prefix);
+
+}  // namespace stateengine

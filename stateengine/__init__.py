@@ -1,0 +1,41 @@
+"""stateengine: Flink-style keyed state on embedded RocksDB for Python code inside Spark.
+
+Quick use::
+
+    from stateengine import KeyedStateBackend, ValueStateDescriptor
+    backend = KeyedStateBackend("/tmp/state")
+    backend.set_current_key("alice")
+    count = backend.get_state(ValueStateDescriptor("count", default=0))
+    count.update(count.value() + 1)
+"""
+
+from . import aggregates, reducers
+from ._native import configure_memory, memory_usage
+from .backend import KeyedStateBackend
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          StateKind, ValueStateDescriptor)
+from .errors import (BackendClosedError, CheckpointNotFoundError, CorruptionError,
+                     IllegalStoreStateError, IncompatibleStateError, KeyGroupOutOfRangeError,
+                     KeyTypeError, NoCurrentKeyError, NullElementError, SerializationError,
+                     StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
+from .functions import AggregateFunction
+from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
+                        operator_for_key_group, spark_hash)
+from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
+                    ValueState)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "BackendClosedError",
+    "CheckpointNotFoundError", "CorruptionError", "IllegalStoreStateError",
+    "IncompatibleStateError", "KeyGroupOutOfRangeError", "KeyGroupRange", "KeyTypeError",
+    "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
+    "NoCurrentKeyError", "NullElementError", "ReducingState", "ReducingStateDescriptor",
+    "SerializationError", "SortedMapState", "SortedMapStateDescriptor", "StateDescriptor",
+    "StateEngineError", "StateKind", "StateRegistrationError", "StorageError",
+    "UnknownStateError", "ValueState", "ValueStateDescriptor", "aggregates",
+    "assign_key_group", "configure_memory", "key_group_prefix_bytes", "memory_usage",
+    "operator_for_key_group", "reducers", "spark_hash",
+]

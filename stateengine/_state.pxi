@@ -1,0 +1,519 @@
+# Native state handles. Each access builds its RocksDB key from the backend's cached
+# [key group][key] prefix plus this handle's namespace, releases the GIL around RocksDB and
+# boxes the result straight from the pinned bytes. The facade classes in stateengine/state.py
+# subclass these and add documentation and the logic that needs Python callables.
+
+from libcpp.utility cimport move
+
+cdef object _NullElementError = errors.NullElementError
+cdef object _deepcopy = copy.deepcopy
+cdef tuple _IMMUTABLE_TYPES = (int, float, str, bytes, bool, type(None), frozenset, complex)
+
+# Namespaced raw helpers use this sentinel to mean "the handle's current namespace".
+cdef object _CURRENT = object()
+
+
+cdef class NativeState:
+    cdef NativeBackend _backend
+    cdef int _cf
+    cdef CCodec _value_codec
+    cdef CCodec _ns_codec
+    cdef bint _ns_variable
+    cdef string _ns
+    cdef object _namespace
+    cdef string _val
+    cdef string _scratch_ns
+    cdef CPinnableSlice _pin
+    cdef readonly object descriptor
+    cdef readonly str name
+
+    def _bind(self, NativeBackend backend, int cf, descriptor, int value_codec, int ns_codec):
+        self._backend = backend
+        self._cf = cf
+        self.descriptor = descriptor
+        self.name = descriptor.name
+        self._value_codec = <CCodec>value_codec
+        self._ns_codec = <CCodec>ns_codec
+        self._ns_variable = CIsVariableLengthCodec(self._ns_codec)
+        self._namespace = None
+        self._ns.clear()
+        encode_value(self._ns_codec, None, &self._ns)
+
+    @property
+    def column_family(self) -> int:
+        return self._cf
+
+    def set_current_namespace(self, namespace) -> None:
+        """Selects the namespace (Flink: window) that following calls on this handle use."""
+        cdef string ns
+        if self._ns_codec == kVoid and namespace is not None:
+            raise _SerializationError(
+                f"state '{self.name}' was declared without namespaces; pass "
+                f"namespace_type=object to its descriptor to use namespace {namespace!r:.60}")
+        encode_value(self._ns_codec, namespace, &ns)
+        self._ns = move(ns)
+        self._namespace = namespace
+
+    def get_current_namespace(self):
+        return self._namespace
+
+    cdef const string* _key(self) except NULL:
+        self._backend.check_key()
+        return &self._backend._builder.get().Build(self._ns, self._ns_variable)
+
+    cdef const string* _key_in(self, object namespace) except NULL:
+        """Key of the current key in another namespace (for namespace merging)."""
+        if namespace is _CURRENT:
+            return self._key()
+        self._scratch_ns.clear()
+        if self._ns_codec == kVoid and namespace is not None:
+            raise _SerializationError(f"state '{self.name}' has no namespaces")
+        encode_value(self._ns_codec, namespace, &self._scratch_ns)
+        self._backend.check_key()
+        return &self._backend._builder.get().Build(self._scratch_ns, self._ns_variable)
+
+    cdef int _get(self, const string* key) except -1:
+        """Looks key up into self._pin; 1 if found, 0 if not."""
+        cdef CStatus st
+        cdef CStateDB* db = self._backend._db.get()
+        with nogil:
+            st = db.Get(self._cf, CSlice(key.data(), key.size()), &self._pin)
+        if st.IsNotFound():
+            return 0
+        check_status(st)
+        return 1
+
+    cdef int _put(self, const string* key, const string* value) except -1:
+        cdef CStatus st
+        cdef CStateDB* db = self._backend._db.get()
+        with nogil:
+            st = db.Put(self._cf, CSlice(key.data(), key.size()), CSlice(value.data(), value.size()))
+        return check_status(st)
+
+    cdef int _merge(self, const string* key, const string* value) except -1:
+        cdef CStatus st
+        cdef CStateDB* db = self._backend._db.get()
+        with nogil:
+            st = db.Merge(self._cf, CSlice(key.data(), key.size()), CSlice(value.data(), value.size()))
+        return check_status(st)
+
+    cdef int _delete(self, const string* key) except -1:
+        cdef CStatus st
+        cdef CStateDB* db = self._backend._db.get()
+        with nogil:
+            st = db.Delete(self._cf, CSlice(key.data(), key.size()))
+        return check_status(st)
+
+    def clear(self) -> None:
+        """Removes the value of the current key and namespace."""
+        self._delete(self._key())
+
+    # Raw access in any namespace of the current key; namespace merging is built on these.
+    def _raw_get_in(self, namespace=_CURRENT):
+        if self._get(self._key_in(namespace)):
+            return PyBytes_FromStringAndSize(self._pin.data(), <Py_ssize_t>self._pin.size())
+        return None
+
+    def _raw_put_in(self, bytes value, namespace=_CURRENT):
+        cdef string v = value
+        self._put(self._key_in(namespace), &v)
+
+    def _raw_merge_in(self, bytes value, namespace=_CURRENT):
+        cdef string v = value
+        self._merge(self._key_in(namespace), &v)
+
+    def _raw_delete_in(self, namespace=_CURRENT):
+        self._delete(self._key_in(namespace))
+
+    def _encode(self, value) -> bytes:
+        cdef string out
+        encode_value(self._value_codec, value, &out)
+        return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+
+    def _decode(self, bytes data):
+        return decode_whole(self._value_codec, PyBytes_AS_STRING(data),
+                            <size_t>PyBytes_GET_SIZE(data))
+
+
+cdef class NativeValueState(NativeState):
+    cdef object _default
+    cdef bint _copy_default
+
+    def _set_default(self, default):
+        self._default = default
+        self._copy_default = not isinstance(default, _IMMUTABLE_TYPES)
+
+    def value(self):
+        """The value of the current key and namespace, or the descriptor's default."""
+        if self._get(self._key()):
+            return decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        return _deepcopy(self._default) if self._copy_default else self._default
+
+    def update(self, value) -> None:
+        """Sets the value; update(None) clears it, as in Flink."""
+        if value is None:
+            self._delete(self._key())
+            return
+        self._val.clear()
+        encode_value(self._value_codec, value, &self._val)
+        self._put(self._key(), &self._val)
+
+
+cdef int _encode_list(NativeState s, object values, string* out) except -1:
+    """Joins the encodings of values with ','; refuses None before anything is written."""
+    cdef Py_ssize_t i = 0
+    if isinstance(values, (str, bytes, dict)) or values is None:
+        raise _SerializationError(
+            f"list state '{s.name}' takes an iterable of elements, got {type(values).__name__}")
+    for v in values:
+        if v is None:
+            raise _NullElementError(
+                f"list state '{s.name}' does not accept None elements (element {i} is None); "
+                f"nothing was written")
+        if i:
+            out.push_back(b',')
+        encode_value(s._value_codec, v, out)
+        i += 1
+    return 0
+
+
+cdef list decode_list(CCodec codec, const char* p, size_t n):
+    cdef size_t pos = 0, used = 0
+    cdef list out = []
+    while pos < n:
+        out.append(decode_value(codec, p + pos, n - pos, &used))
+        pos += used
+        if pos < n:
+            if p[pos] != b',':
+                raise _CorruptionError(
+                    f"list element ended at byte {pos} without the ',' delimiter; the list was "
+                    f"written with another serializer or is corrupted")
+            pos += 1
+            if pos == n:
+                raise _CorruptionError("list ends with a dangling ',' delimiter")
+    return out
+
+
+cdef class NativeListState(NativeState):
+
+    def get(self) -> list:
+        """The elements of the current key and namespace ([] if none)."""
+        if self._get(self._key()):
+            return decode_list(self._value_codec, self._pin.data(), self._pin.size())
+        return []
+
+    def add(self, value) -> None:
+        """Appends one element through the merge operator (no read)."""
+        if value is None:
+            raise _NullElementError(
+                f"list state '{self.name}' does not accept None elements; nothing was written")
+        self._val.clear()
+        encode_value(self._value_codec, value, &self._val)
+        self._merge(self._key(), &self._val)
+
+    def add_all(self, values) -> None:
+        """Appends all elements in one merge; a None anywhere rejects the whole call."""
+        self._val.clear()
+        _encode_list(self, values, &self._val)
+        if self._val.size():
+            self._merge(self._key(), &self._val)
+
+    def update(self, values) -> None:
+        """Replaces the list; an empty list clears it."""
+        self._val.clear()
+        _encode_list(self, values, &self._val)
+        if self._val.size():
+            self._put(self._key(), &self._val)
+        else:
+            self._delete(self._key())
+
+    def _decode_raw(self, bytes data) -> list:
+        return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
+
+
+cdef int _encode_number(NativeState s, object value, string* out) except -1:
+    """Numeric operand for the native merge operators: int or float only."""
+    cdef int64_t i
+    cdef double d
+    cdef int overflow = 0
+    cdef bint is_int
+    cdef type t = type(value)
+    if t is int or (isinstance(value, (int, _np_integer)) and t is not bool and not isinstance(value, _np_bool)):
+        i = PyLong_AsLongLongAndOverflow(int(value), &overflow)
+        if overflow:
+            raise _SerializationError(
+                f"state '{s.name}' uses a native reducer over 64-bit integers; {value} does not fit")
+        is_int = True
+    elif t is float or isinstance(value, (float, _np_floating)):
+        d = <double>float(value)
+        is_int = False
+    else:
+        raise _SerializationError(
+            f"state '{s.name}' uses a native numeric reducer, which takes int or float values, "
+            f"not {type(value).__name__}; use a Python reduce function for other types")
+    if s._value_codec == kI64:
+        if not is_int:
+            raise _SerializationError(f"state '{s.name}' holds integers (value_type=int); got {value!r}")
+        CPutBE64(out, <uint64_t>i)
+    elif s._value_codec == kF64:
+        CPutBE64(out, CDoubleBits(<double>i if is_int else d))
+    elif is_int:
+        out.push_back(<char>kTagInt)
+        CPutBE64(out, <uint64_t>i)
+    else:
+        out.push_back(<char>kTagFloat)
+        CPutBE64(out, CDoubleBits(d))
+    return 0
+
+
+cdef class NativeReducingState(NativeState):
+    cdef object _reduce
+    cdef bint _native
+
+    def _set_function(self, reduce_function, bint native):
+        self._reduce = reduce_function
+        self._native = native
+
+    def get(self):
+        """The reduced value of the current key and namespace, or None."""
+        if self._get(self._key()):
+            return decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        return None
+
+    def add(self, value) -> None:
+        """Folds value into the state: a merge for native reducers, else read-modify-write."""
+        cdef const string* key
+        if value is None:
+            raise _NullElementError(f"reducing state '{self.name}' does not accept None")
+        self._val.clear()
+        if self._native:
+            _encode_number(self, value, &self._val)
+            self._merge(self._key(), &self._val)
+            return
+        key = self._key()
+        if self._get(key):
+            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            value = self._reduce(current, value)
+            key = self._key()  # the reduce function may have touched other state
+        encode_value(self._value_codec, value, &self._val)
+        self._put(key, &self._val)
+
+    def _encode_operand(self, value) -> bytes:
+        cdef string out
+        _encode_number(self, value, &out)
+        return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+
+
+cdef class NativeAggregatingState(NativeState):
+    cdef object _fn
+    cdef bint _native
+
+    def _set_function(self, aggregate_function, bint native):
+        self._fn = aggregate_function
+        self._native = native
+
+    def get(self):
+        """The aggregate's result for the current key and namespace, or None."""
+        if self._get(self._key()):
+            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            return self._fn.get_result(acc)
+        return None
+
+    def add(self, value) -> None:
+        cdef const string* key
+        if value is None:
+            raise _NullElementError(f"aggregating state '{self.name}' does not accept None")
+        self._val.clear()
+        if self._native:
+            _encode_number(self, self._fn.native_operand(value), &self._val)
+            self._merge(self._key(), &self._val)
+            return
+        key = self._key()
+        if self._get(key):
+            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        else:
+            acc = self._fn.create_accumulator()
+        acc = self._fn.add(value, acc)
+        encode_value(self._value_codec, acc, &self._val)
+        self._put(self._key(), &self._val)
+
+    def _encode_operand(self, value) -> bytes:
+        cdef string out
+        _encode_number(self, value, &out)
+        return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+
+
+# ---- map state --------------------------------------------------------------------------
+
+cdef enum:
+    ENTRIES = 0
+    KEYS = 1
+    VALUES = 2
+
+
+cdef int _encode_map_value(NativeState s, object value, string* out) except -1:
+    """Flink's layout: a null flag byte, then the value if there is one."""
+    if value is None:
+        out.push_back(1)
+        return 0
+    out.push_back(0)
+    return encode_value(s._value_codec, value, out)
+
+
+cdef object _decode_map_value(CCodec codec, const char* p, size_t n):
+    if n == 0:
+        raise _CorruptionError("map value without its null flag byte")
+    if p[0] == 1:
+        return None
+    return decode_whole(codec, p + 1, n - 1)
+
+
+cdef class NativeMapState(NativeState):
+    cdef CCodec _uk_codec
+    cdef string _uk
+
+    def _set_user_key_codec(self, int codec):
+        self._uk_codec = <CCodec>codec
+
+    cdef const string* _entry_key(self, object user_key) except NULL:
+        self._uk.clear()
+        encode_value(self._uk_codec, user_key, &self._uk)
+        self._backend.check_key()
+        return &self._backend._builder.get().BuildWithUserKey(
+            self._ns, self._ns_variable, self._uk.data(), self._uk.size())
+
+    cdef bytes _prefix(self):
+        cdef const string* k = self._key()
+        return PyBytes_FromStringAndSize(k.data(), <Py_ssize_t>k.size())
+
+    def get(self, user_key):
+        """The value under user_key, or None."""
+        if self._get(self._entry_key(user_key)):
+            return _decode_map_value(self._value_codec, self._pin.data(), self._pin.size())
+        return None
+
+    def put(self, user_key, value) -> None:
+        self._val.clear()
+        _encode_map_value(self, value, &self._val)
+        self._put(self._entry_key(user_key), &self._val)
+
+    def put_all(self, mapping) -> None:
+        """Puts every (user key, value) of a dict or iterable of pairs in one atomic batch."""
+        cdef vector[string] keys
+        cdef vector[string] vals
+        cdef string v
+        cdef CStatus st
+        cdef CStateDB* db
+        items = mapping.items() if hasattr(mapping, "items") else mapping
+        for uk, value in items:
+            v.clear()
+            _encode_map_value(self, value, &v)
+            keys.push_back(self._entry_key(uk)[0])
+            vals.push_back(v)
+        if keys.empty():
+            return
+        db = self._backend._db.get()
+        with nogil:
+            st = db.PutMany(self._cf, keys, vals)
+        check_status(st)
+
+    def contains(self, user_key) -> bool:
+        return self._get(self._entry_key(user_key)) == 1
+
+    def remove(self, user_key) -> None:
+        self._delete(self._entry_key(user_key))
+
+    def clear(self) -> None:
+        """Removes every entry of the current key and namespace."""
+        cdef CStatus st
+        cdef string prefix = self._key()[0]
+        cdef CStateDB* db = self._backend._db.get()
+        with nogil:
+            st = db.DeletePrefix(self._cf, prefix)
+        check_status(st)
+
+    def is_empty(self) -> bool:
+        prefix = self._prefix()
+        return not self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, False)
+
+    def entries(self):
+        """(user key, value) pairs in stored order, fetched lazily in chunks."""
+        prefix = self._prefix()
+        return self._iter(prefix, prefix, _successor(prefix), False, ENTRIES)
+
+    def items(self):
+        return self.entries()
+
+    def keys(self):
+        prefix = self._prefix()
+        return self._iter(prefix, prefix, _successor(prefix), False, KEYS)
+
+    def values(self):
+        prefix = self._prefix()
+        return self._iter(prefix, prefix, _successor(prefix), False, VALUES)
+
+    def __iter__(self):
+        return self.keys()
+
+    def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
+        cdef Py_ssize_t plen = len(prefix)
+        cdef CCodec ukc = self._uk_codec, vc = self._value_codec
+        cdef bytes k, v
+        while True:
+            chunk = self._backend._raw_scan(self._cf, lower, upper, SCAN_CHUNK, reverse)
+            for k, v in chunk:
+                if what == VALUES:
+                    yield _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v))
+                    continue
+                uk = decode_whole(ukc, PyBytes_AS_STRING(k) + plen, <size_t>(PyBytes_GET_SIZE(k) - plen))
+                if what == KEYS:
+                    yield uk
+                else:
+                    yield (uk, _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v)))
+            if len(chunk) < SCAN_CHUNK:
+                return
+            if reverse:
+                upper = chunk[len(chunk) - 1][0]
+            else:
+                lower = chunk[len(chunk) - 1][0] + b"\x00"
+
+
+cdef bytes _successor(bytes prefix):
+    cdef string s = prefix
+    cdef string r = CPrefixSuccessor(s)
+    return PyBytes_FromStringAndSize(r.data(), <Py_ssize_t>r.size())
+
+
+cdef class NativeSortedMapState(NativeMapState):
+    """Map state whose user keys iterate in value order (order-preserving encodings)."""
+
+    cdef bytes _bound(self, bytes prefix, object user_key):
+        cdef string out
+        encode_value(self._uk_codec, user_key, &out)
+        return prefix + PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
+
+    def first_entry(self):
+        """The entry with the smallest user key, or None."""
+        prefix = self._prefix()
+        return next(self._iter(prefix, prefix, _successor(prefix), False, ENTRIES), None)
+
+    def last_entry(self):
+        """The entry with the largest user key, or None."""
+        prefix = self._prefix()
+        return next(self._iter(prefix, prefix, _successor(prefix), True, ENTRIES), None)
+
+    def head(self, to_key):
+        """Entries with user key < to_key, in order."""
+        prefix = self._prefix()
+        return self._iter(prefix, prefix, self._bound(prefix, to_key), False, ENTRIES)
+
+    def tail(self, from_key):
+        """Entries with user key >= from_key, in order."""
+        prefix = self._prefix()
+        return self._iter(prefix, self._bound(prefix, from_key), _successor(prefix), False, ENTRIES)
+
+    def sub(self, from_key, to_key):
+        """Entries with from_key <= user key < to_key, in order."""
+        prefix = self._prefix()
+        return self._iter(prefix, self._bound(prefix, from_key), self._bound(prefix, to_key),
+                          False, ENTRIES)

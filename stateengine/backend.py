@@ -1,0 +1,218 @@
+"""KeyedStateBackend: Flink's RocksDB keyed state backend, in a Python process.
+
+One backend owns one RocksDB instance in a local working directory, the key groups of one
+``KeyGroupRange`` and one column family per registered state. The local directory is scratch
+space, as in Flink: state survives through snapshots and checkpoints, never through the
+directory, which is why the write-ahead log is off.
+
+A backend is used by one thread at a time (like a Flink task); snapshots run their
+asynchronous part on another thread without touching the current key.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Iterator
+
+from . import _native, serializers
+from .descriptors import StateDescriptor, StateKind, validate_state_name
+from .errors import StateEngineError, StateRegistrationError, UnknownStateError
+from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
+from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
+                    ValueState)
+
+_HANDLE_TYPES = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.MAP: MapState,
+    StateKind.SORTED_MAP: SortedMapState,
+    StateKind.REDUCING: ReducingState,
+    StateKind.AGGREGATING: AggregatingState,
+}
+
+_META_FIELDS = ("value_codec", "namespace_codec", "user_key_codec", "merge", "native_op")
+_FIELD_NAMES = {"value_codec": "value serializer", "namespace_codec": "namespace serializer",
+                "user_key_codec": "user key serializer", "merge": "merge operator",
+                "native_op": "native function"}
+
+
+def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
+    """Why a descriptor cannot bind to a state registered (or restored) with meta ``have``."""
+    if have["kind"] != want["kind"]:
+        return (f"state '{name}' is registered as {have['kind']} state and cannot be re-registered "
+                f"as {want['kind']} state; use another name for the new state")
+    for field in _META_FIELDS:
+        if have.get(field) != want.get(field):
+            what = _FIELD_NAMES[field]
+            if field.endswith("codec"):
+                return (f"state '{name}' has {what} '{serializers.codec_name(have[field])}' but the "
+                        f"descriptor asks for '{serializers.codec_name(want[field])}'; keep the "
+                        f"serializer or use another state name")
+            return (f"state '{name}' has {what} {have.get(field)} but the descriptor asks for "
+                    f"{want.get(field)}; keep the function kind or use another state name")
+    return None
+
+
+class KeyedStateBackend(_native.NativeBackend):
+    """Keyed state for the key groups of ``key_group_range`` out of ``max_parallelism``.
+
+    ``key_type`` fixes the key's Spark column type(s) (``int``/``"bigint"``, ``numpy.int32``/
+    ``"int"``, ``float``, ``str``, ``bytes``, ``bool``, or a tuple of them for several key
+    columns); by default the first key decides, using Spark's type inference.
+    """
+
+    def __init__(self, path: str | os.PathLike, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+                 key_group_range: KeyGroupRange | None = None, key_type: Any = None) -> None:
+        self._setup(path, max_parallelism, key_group_range, key_type, cf_metas=[])
+
+    def _setup(self, path: str | os.PathLike, max_parallelism: int,
+               key_group_range: KeyGroupRange | None, key_type: Any,
+               cf_metas: list[dict], require_empty: bool = True) -> None:
+        self._max_parallelism = check_max_parallelism(max_parallelism)
+        kgr = key_group_range or KeyGroupRange.all(max_parallelism)
+        if not isinstance(kgr, KeyGroupRange):
+            raise TypeError(f"key_group_range must be a KeyGroupRange, got {kgr!r}")
+        if not kgr.is_empty() and kgr.end >= max_parallelism:
+            raise ValueError(f"{kgr} exceeds max_parallelism {max_parallelism} "
+                             f"(key groups are 0..{max_parallelism - 1})")
+        self._range = kgr
+        self._path = os.path.abspath(os.fspath(path))
+        if require_empty:
+            _prepare_empty_dir(self._path)
+        self._states: dict[str, Any] = {}
+        self._metas: dict[str, dict] = {}
+        self._descriptors: dict[str, StateDescriptor] = {}
+        specs = [(m["name"], m["merge"], m["native_op"], m["value_codec"]) for m in cf_metas]
+        self._native_open(self._path, max_parallelism, kgr.start, kgr.end, specs)
+        self._cf_index = {m["name"]: i for i, m in enumerate(cf_metas)}
+        self._restored_metas = {m["name"]: m for m in cf_metas}
+        if key_type is not None:
+            self._native_set_key_codecs(*serializers.key_codecs(key_type))
+
+    # ---- properties -------------------------------------------------------------------------
+
+    @property
+    def max_parallelism(self) -> int:
+        return self._max_parallelism
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self._range
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def state_names(self) -> list[str]:
+        """Every state this backend holds: registered now or restored from a snapshot."""
+        return list(self._cf_index)
+
+    def state_meta(self, name: str) -> dict:
+        meta = self._metas.get(name) or self._restored_metas.get(name)
+        if meta is None:
+            raise UnknownStateError(self._unknown(name))
+        return meta
+
+    # ---- registration -----------------------------------------------------------------------
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle of the state ``descriptor`` describes, registering it on first use."""
+        if not isinstance(descriptor, StateDescriptor):
+            raise TypeError(f"get_state takes a state descriptor (ValueStateDescriptor, ...), "
+                            f"got {type(descriptor).__name__}")
+        name = descriptor.name
+        want = descriptor.meta()
+        have = self._metas.get(name) or self._restored_metas.get(name)
+        if have is not None:
+            conflict = describe_meta_conflict(name, have, want)
+            if conflict:
+                raise StateRegistrationError(conflict)
+            if name in self._states:
+                return self._states[name]
+        cf = self._cf_index.get(name)
+        if cf is None:
+            cf = self._native_create_cf(name, *descriptor.merge_spec())
+            self._cf_index[name] = cf
+        handle = _HANDLE_TYPES[descriptor.kind]()
+        handle._bind(self, cf, descriptor, int(descriptor.value_codec),
+                     int(descriptor.namespace_codec))
+        kind = descriptor.kind
+        if kind is StateKind.VALUE:
+            handle._set_default(descriptor.default)
+        elif kind in (StateKind.MAP, StateKind.SORTED_MAP):
+            handle._set_user_key_codec(int(descriptor.user_key_codec))
+        elif kind is StateKind.REDUCING:
+            handle._set_function(descriptor.reduce_function, descriptor.native)
+        elif kind is StateKind.AGGREGATING:
+            handle._set_function(descriptor.aggregate_function, descriptor.native)
+        self._states[name] = handle
+        self._metas[name] = want
+        self._descriptors[name] = descriptor
+        return handle
+
+    def _on_first_key(self, key: Any) -> None:
+        self._native_set_key_codecs(_native.infer_key_codecs(key), isinstance(key, tuple))
+
+    def _unknown(self, name: str) -> str:
+        known = ", ".join(sorted(self._cf_index)) or "none"
+        return f"no state named '{name}' in this backend (states: {known})"
+
+    def _cf_of(self, name: str) -> int:
+        validate_state_name(name)
+        cf = self._cf_index.get(name)
+        if cf is None:
+            raise UnknownStateError(self._unknown(name))
+        return cf
+
+    # ---- whole-backend queries --------------------------------------------------------------
+
+    def get_keys(self, state_name: str, namespace: Any = None) -> Iterator[Any]:
+        """Every key with an entry of ``state_name`` in ``namespace``, each once."""
+        cf = self._cf_of(state_name)
+        meta = self.state_meta(state_name)
+        ns = _native.encode_for_codec(meta["namespace_codec"], namespace)
+        has_user_key = meta["kind"] in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
+        return self._native_iter_keys(cf, meta["namespace_codec"], ns, has_user_key)
+
+    def num_state_entries(self, state_name: str | None = None) -> int:
+        """RocksDB entries of one state, or of all states (map states count one per user key)."""
+        if state_name is not None:
+            return self._native_count(self._cf_of(state_name))
+        return sum(self._native_count(cf) for cf in self._cf_index.values())
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes RocksDB; every later call on the backend or its handles raises
+        BackendClosedError. The working directory stays (see ``dispose``)."""
+        self._native_close()
+
+    def dispose(self) -> None:
+        """Closes the backend and deletes its working directory."""
+        self.close()
+        shutil.rmtree(self._path, ignore_errors=True)
+
+    def __enter__(self) -> "KeyedStateBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return (f"KeyedStateBackend({self._path!r}, max_parallelism={self._max_parallelism}, "
+                f"{self._range}, {state})")
+
+
+def _prepare_empty_dir(path: str) -> None:
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise StateEngineError(f"backend path {path} exists and is not a directory")
+        if os.listdir(path):
+            raise StateEngineError(
+                f"backend path {path} is not empty; a backend's working directory is scratch "
+                f"space and must start empty (restore state from a snapshot or checkpoint instead)")
+    else:
+        os.makedirs(path)

@@ -1,0 +1,191 @@
+"""State descriptors: the name, kind and serializers of a keyed state, as in Flink.
+
+A descriptor is registered with ``backend.get_state(descriptor)``. Registering the same name
+again returns the same handle if kind and serializers agree, and raises
+``StateRegistrationError`` otherwise. ``meta()`` is what snapshots persist and what restore
+checks against.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, ClassVar
+
+from . import serializers
+from .aggregates import NativeAggregate
+from .errors import StateRegistrationError
+from .functions import AggregateFunction
+from .reducers import NativeReducer
+from .serializers import Codec
+
+RESERVED_PREFIX = "__"
+
+
+class StateKind(str, Enum):
+    VALUE = "value"
+    LIST = "list"
+    MAP = "map"
+    SORTED_MAP = "sorted_map"
+    REDUCING = "reducing"
+    AGGREGATING = "aggregating"
+
+
+class MergeKind:
+    """How a state's column family merges (csrc/db.h MergeKind)."""
+
+    NONE = 0
+    LIST = 1
+    NUMERIC = 2
+
+
+_NUMERIC_CODECS = (Codec.ANY, Codec.BIGINT, Codec.DOUBLE)
+
+
+def validate_state_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise StateRegistrationError(f"a state name must be a non-empty str, got {name!r}")
+    if name == "default":
+        raise StateRegistrationError(
+            "'default' is RocksDB's reserved column family name and cannot name a state; "
+            "choose another name")
+    if name.startswith(RESERVED_PREFIX):
+        raise StateRegistrationError(
+            f"state names starting with '{RESERVED_PREFIX}' are reserved for the engine's own "
+            f"column families (timers, operator state); rename '{name}'")
+    return name
+
+
+class StateDescriptor:
+    """Base of all descriptors. ``namespace_type=None`` means the state only uses the default
+    namespace; anything else (e.g. ``int`` or ``object``) enables ``set_current_namespace``."""
+
+    kind: ClassVar[StateKind]
+
+    def __init__(self, name: str, value_type: Any = None, namespace_type: Any = None) -> None:
+        self.name = validate_state_name(name)
+        self.value_type = value_type
+        self.value_codec = serializers.value_codec(value_type)
+        self.namespace_type = namespace_type
+        self.namespace_codec = serializers.namespace_codec(namespace_type)
+
+    user_key_codec: Codec = Codec.VOID
+
+    def merge_spec(self) -> tuple[int, int, int]:
+        """(merge kind, native op, numeric codec) of the column family."""
+        return (MergeKind.NONE, 0, 0)
+
+    def meta(self) -> dict[str, Any]:
+        kind, op, _ = self.merge_spec()
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "value_codec": int(self.value_codec),
+            "namespace_codec": int(self.namespace_codec),
+            "user_key_codec": int(self.user_key_codec),
+            "merge": kind,
+            "native_op": op,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class ValueStateDescriptor(StateDescriptor):
+    """A single value per key and namespace; ``value()`` returns ``default`` when unset."""
+
+    kind = StateKind.VALUE
+
+    def __init__(self, name: str, value_type: Any = None, default: Any = None,
+                 namespace_type: Any = None) -> None:
+        super().__init__(name, value_type, namespace_type)
+        self.default = default
+
+
+class ListStateDescriptor(StateDescriptor):
+    """A list per key and namespace; ``value_type`` is the element type."""
+
+    kind = StateKind.LIST
+
+    def merge_spec(self) -> tuple[int, int, int]:
+        return (MergeKind.LIST, 0, 0)
+
+
+class MapStateDescriptor(StateDescriptor):
+    """A map per key and namespace."""
+
+    kind = StateKind.MAP
+
+    def __init__(self, name: str, user_key_type: Any = None, value_type: Any = None,
+                 namespace_type: Any = None) -> None:
+        super().__init__(name, value_type, namespace_type)
+        self.user_key_type = user_key_type
+        self.user_key_codec = serializers.map_user_key_codec(user_key_type)
+
+
+class SortedMapStateDescriptor(MapStateDescriptor):
+    """A map whose entries iterate in user-key order; user keys are int, float, str or bytes."""
+
+    kind = StateKind.SORTED_MAP
+
+    def __init__(self, name: str, user_key_type: Any, value_type: Any = None,
+                 namespace_type: Any = None) -> None:
+        StateDescriptor.__init__(self, name, value_type, namespace_type)
+        self.user_key_type = user_key_type
+        self.user_key_codec = serializers.sorted_user_key_codec(user_key_type)
+
+
+def _check_native_codec(name: str, codec: Codec, fn: Any) -> None:
+    if codec not in _NUMERIC_CODECS:
+        raise StateRegistrationError(
+            f"state '{name}': the native function {fn!r} works on numbers; use value_type None, "
+            f"int or float (got serializer '{codec.name.lower()}')")
+
+
+class ReducingStateDescriptor(StateDescriptor):
+    """Reduces added values with ``reduce_function(a, b)``; the native reducers
+    (stateengine.reducers.SUM/MIN/MAX) run in C++ merge operators."""
+
+    kind = StateKind.REDUCING
+
+    def __init__(self, name: str, reduce_function: Any, value_type: Any = None,
+                 namespace_type: Any = None) -> None:
+        super().__init__(name, value_type, namespace_type)
+        if not callable(reduce_function):
+            raise StateRegistrationError(
+                f"state '{name}': reduce_function must be callable (a, b) -> c or one of "
+                f"stateengine.reducers.SUM/MIN/MAX, got {reduce_function!r}")
+        self.reduce_function = reduce_function
+        self.native = isinstance(reduce_function, NativeReducer)
+        if self.native:
+            _check_native_codec(name, self.value_codec, reduce_function)
+
+    def merge_spec(self) -> tuple[int, int, int]:
+        if self.native:
+            return (MergeKind.NUMERIC, self.reduce_function.op, int(self.value_codec))
+        return (MergeKind.NONE, 0, 0)
+
+
+class AggregatingStateDescriptor(StateDescriptor):
+    """Aggregates added values with an AggregateFunction; ``accumulator_type`` picks the
+    accumulator's serializer. stateengine.aggregates.COUNT/SUM/MIN/MAX run natively."""
+
+    kind = StateKind.AGGREGATING
+
+    def __init__(self, name: str, aggregate_function: AggregateFunction,
+                 accumulator_type: Any = None, namespace_type: Any = None) -> None:
+        super().__init__(name, accumulator_type, namespace_type)
+        missing = [m for m in ("create_accumulator", "add", "get_result", "merge")
+                   if not callable(getattr(aggregate_function, m, None))]
+        if missing:
+            raise StateRegistrationError(
+                f"state '{name}': aggregate_function needs create_accumulator, add, get_result "
+                f"and merge (missing {', '.join(missing)}); subclass stateengine.AggregateFunction")
+        self.aggregate_function = aggregate_function
+        self.native = isinstance(aggregate_function, NativeAggregate)
+        if self.native:
+            _check_native_codec(name, self.value_codec, aggregate_function)
+
+    def merge_spec(self) -> tuple[int, int, int]:
+        if self.native:
+            return (MergeKind.NUMERIC, self.aggregate_function.op, int(self.value_codec))
+        return (MergeKind.NONE, 0, 0)

@@ -1,0 +1,72 @@
+"""Exceptions raised by stateengine.
+
+Every error says what was wrong and what to do about it. Each subclasses the built-in exception
+a Python user would catch for the same mistake (``TypeError`` for a wrong type, ``ValueError``
+for a bad value), so ``except TypeError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class StateEngineError(Exception):
+    """Base class of every stateengine error."""
+
+
+class StateRegistrationError(StateEngineError, ValueError):
+    """A state name is reserved, or is already registered with another kind or serializer."""
+
+
+class UnknownStateError(StateEngineError, KeyError):
+    """A state name that no descriptor registered (and no snapshot holds)."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NoCurrentKeyError(StateEngineError, RuntimeError):
+    """Keyed state was accessed before ``set_current_key``."""
+
+
+class KeyGroupOutOfRangeError(StateEngineError, ValueError):
+    """A key hashes to a key group that this backend does not own."""
+
+
+class KeyTypeError(StateEngineError, TypeError):
+    """A key does not match the backend's key type."""
+
+
+class SerializationError(StateEngineError, TypeError):
+    """A value cannot be encoded by its state's serializer."""
+
+
+class NullElementError(StateEngineError, ValueError):
+    """``None`` where the state does not allow it (list elements)."""
+
+
+class BackendClosedError(StateEngineError, RuntimeError):
+    """The backend (or a state handle of it) was used after ``close()``."""
+
+
+class StorageError(StateEngineError, OSError):
+    """RocksDB or the checkpoint file system reported an I/O failure."""
+
+
+class CorruptionError(StorageError):
+    """Stored bytes (in RocksDB or a checkpoint file) failed a consistency check."""
+
+
+class CheckpointNotFoundError(StateEngineError, FileNotFoundError):
+    """A checkpoint, version or checkpoint file that does not exist."""
+
+
+class IncompatibleStateError(StateEngineError, ValueError):
+    """Restored state does not fit the descriptors registered now (kind, serializers, key type,
+    max parallelism)."""
+
+
+class IllegalStoreStateError(StateEngineError, RuntimeError):
+    """A StateStore call that its current state (committed, aborted) does not allow."""
+
+
+class SnapshotCancelledError(StateEngineError):
+    """An asynchronous snapshot was cancelled before it finished."""

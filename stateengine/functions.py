@@ -1,0 +1,40 @@
+"""User functions of merging states: Flink's ReduceFunction and AggregateFunction."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Generic, TypeVar
+
+IN = TypeVar("IN")
+ACC = TypeVar("ACC")
+OUT = TypeVar("OUT")
+
+ReduceFunction = Callable[[IN, IN], IN]
+
+
+class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
+    """Flink's AggregateFunction: folds inputs into an accumulator, then derives a result.
+
+    ``add`` may return a new accumulator or the mutated one; its return value is stored.
+    ``merge`` combines two accumulators (used by ``merge_namespaces``).
+    """
+
+    @abstractmethod
+    def create_accumulator(self) -> ACC: ...
+
+    @abstractmethod
+    def add(self, value: IN, accumulator: ACC) -> ACC: ...
+
+    @abstractmethod
+    def get_result(self, accumulator: ACC) -> OUT: ...
+
+    @abstractmethod
+    def merge(self, a: ACC, b: ACC) -> ACC: ...
+
+
+class NativeOp:
+    """Ids of the C++ numeric merge operators (csrc/merge_operators.h)."""
+
+    SUM = 1
+    MIN = 2
+    MAX = 3

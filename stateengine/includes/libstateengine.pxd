@@ -1,0 +1,163 @@
+# C++ declarations of csrc/ (and the few RocksDB types the bindings touch). Every C++ type
+# carries a C prefix so it never collides with the Python classes that wrap it.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libcpp cimport bool as cbool
+from libcpp.memory cimport unique_ptr, shared_ptr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "rocksdb/status.h" namespace "rocksdb" nogil:
+    cdef cppclass CStatus "rocksdb::Status":
+        CStatus()
+        cbool ok()
+        cbool IsNotFound()
+        cbool IsCorruption()
+        cbool IsIOError()
+        cbool IsInvalidArgument()
+        cbool IsIncomplete()
+        string ToString()
+
+
+cdef extern from "rocksdb/slice.h" namespace "rocksdb" nogil:
+    cdef cppclass CSlice "rocksdb::Slice":
+        CSlice()
+        CSlice(const char*, size_t)
+        CSlice(const string&)
+        const char* data()
+        size_t size()
+
+    cdef cppclass CPinnableSlice "rocksdb::PinnableSlice":
+        CPinnableSlice()
+        const char* data()
+        size_t size()
+        void Reset()
+
+
+cdef extern from "rocksdb/write_batch.h" namespace "rocksdb" nogil:
+    cdef cppclass CWriteBatch "rocksdb::WriteBatch":
+        CWriteBatch()
+        void Clear()
+        int Count()
+
+
+cdef extern from "keygroups.h" namespace "stateengine" nogil:
+    int32_t kSparkHashSeed
+    int32_t CSparkHashInt "stateengine::SparkHashInt"(int32_t, int32_t)
+    int32_t CSparkHashLong "stateengine::SparkHashLong"(int64_t, int32_t)
+    int32_t CSparkHashBytes "stateengine::SparkHashBytes"(const char*, size_t, int32_t)
+    int32_t CSparkHashDouble "stateengine::SparkHashDouble"(double, int32_t)
+    int32_t CSparkHashFloat "stateengine::SparkHashFloat"(float, int32_t)
+    int32_t CKeyGroupForHash "stateengine::KeyGroupForHash"(int32_t, int32_t)
+    int CKeyGroupPrefixBytes "stateengine::KeyGroupPrefixBytes"(int32_t)
+
+
+cdef extern from "codec.h" namespace "stateengine" nogil:
+    ctypedef uint8_t CCodec "stateengine::Codec"
+    CCodec kVoid, kAny, kI64, kF64, kStr, kBytes, kBool, kPickle, kI32, kF32
+    CCodec kOrdI64, kOrdF64, kOrdStr, kOrdBytes, kCodecCount
+    uint8_t kTagNone, kTagInt, kTagFloat, kTagStr, kTagBytes, kTagFalse, kTagTrue, kTagPickle
+
+    void CPutBE64 "stateengine::PutBE64"(string*, uint64_t)
+    void CPutBE32 "stateengine::PutBE32"(string*, uint32_t)
+    uint64_t CGetBE64 "stateengine::GetBE64"(const char*)
+    uint32_t CGetBE32 "stateengine::GetBE32"(const char*)
+    void CPutVarint "stateengine::PutVarint"(string*, uint64_t)
+    size_t CGetVarint "stateengine::GetVarint"(const char*, size_t, uint64_t*)
+    uint64_t CDoubleBits "stateengine::DoubleBits"(double)
+    double CBitsDouble "stateengine::BitsDouble"(uint64_t)
+    double CNormalizeKeyDouble "stateengine::NormalizeKeyDouble"(double)
+    uint64_t COrderedI64 "stateengine::OrderedI64"(int64_t)
+    int64_t CFromOrderedI64 "stateengine::FromOrderedI64"(uint64_t)
+    uint64_t COrderedF64 "stateengine::OrderedF64"(double)
+    double CFromOrderedF64 "stateengine::FromOrderedF64"(uint64_t)
+    cbool CElementLength "stateengine::ElementLength"(CCodec, const char*, size_t, size_t*)
+
+    cdef cppclass CKeySchema "stateengine::KeySchema":
+        CKeySchema()
+        CKeySchema(vector[CCodec])
+        const vector[CCodec]& columns()
+        cbool empty()
+        cbool variable_length()
+        cbool Hash(const char*, size_t, int32_t*)
+        cbool Length(const char*, size_t, size_t*)
+
+
+cdef extern from "composite_key.h" namespace "stateengine" nogil:
+    cbool CIsVariableLengthCodec "stateengine::IsVariableLengthCodec"(CCodec)
+
+    cdef cppclass CCompositeKeyBuilder "stateengine::CompositeKeyBuilder":
+        CCompositeKeyBuilder(int, cbool)
+        void SetKey(int32_t, const char*, size_t)
+        cbool has_key()
+        int32_t key_group()
+        const char* key_data()
+        size_t key_size()
+        const string& Build(const string&, cbool)
+        const string& BuildWithUserKey(const string&, cbool, const char*, size_t)
+        void BuildTimerKey(int64_t, const string&, cbool, string*)
+
+    cdef cppclass CParsedKey "stateengine::ParsedKey":
+        int32_t key_group
+        size_t key_off, key_len, ns_off, ns_len, user_key_off, user_key_len
+
+    cbool CParseStateKey "stateengine::ParseStateKey"(
+        const char*, size_t, int, const CKeySchema&, CCodec, cbool, CParsedKey*)
+    cbool CParseTimerKey "stateengine::ParseTimerKey"(
+        const char*, size_t, int, const CKeySchema&, int64_t*, CParsedKey*)
+
+
+cdef extern from "merge_operators.h" namespace "stateengine" nogil:
+    ctypedef uint8_t CNumericOp "stateengine::NumericOp"
+
+
+cdef extern from "db.h" namespace "stateengine" nogil:
+    cdef cppclass CMemoryBudget "stateengine::MemoryBudget":
+        @staticmethod
+        CMemoryBudget& Instance()
+        void Configure(size_t, double)
+        size_t bytes()
+        double write_buffer_ratio()
+        size_t CacheUsage()
+        size_t MemtableUsage()
+
+    ctypedef uint8_t CMergeKind "stateengine::MergeKind"
+
+    cdef cppclass CColumnFamilySpec "stateengine::ColumnFamilySpec":
+        string name
+        CMergeKind merge
+        CNumericOp numeric_op
+        CCodec numeric_codec
+
+    CColumnFamilySpec CMakeColumnFamilySpec "stateengine::MakeColumnFamilySpec"(
+        const string&, int, int, int)
+
+    cdef cppclass CKeyValue "stateengine::KeyValue":
+        string key
+        string value
+
+    cdef cppclass CStateDB "stateengine::StateDB":
+        @staticmethod
+        CStatus Open(const string&, const vector[CColumnFamilySpec]&, unique_ptr[CStateDB]*)
+        CStatus Close()
+        CStatus CreateColumnFamily(const CColumnFamilySpec&, int*)
+        CStatus DropColumnFamily(int)
+        int FindColumnFamily(const string&)
+        size_t num_column_families()
+        const CColumnFamilySpec& spec(int)
+        const string& path()
+        CStatus Get(int, const CSlice&, CPinnableSlice*)
+        CStatus Put(int, const CSlice&, const CSlice&)
+        CStatus Merge(int, const CSlice&, const CSlice&)
+        CStatus Delete(int, const CSlice&)
+        CStatus DeleteRange(int, const CSlice&, const CSlice&)
+        CStatus Write(CWriteBatch*)
+        CStatus PutMany(int, const vector[string]&, const vector[string]&)
+        CStatus DeletePrefix(int, const string&)
+        CStatus Scan(int, const string&, const string&, size_t, cbool, vector[CKeyValue]*)
+        CStatus Count(int, const string&, const string&, uint64_t*)
+        CStatus Flush()
+        CStatus CompactAll()
+
+    string CPrefixSuccessor "stateengine::PrefixSuccessor"(const string&)

@@ -1,0 +1,139 @@
+"""Serializer choice: which byte encoding (codec) a key, namespace, value or user key uses.
+
+The encodings themselves live in C++ (csrc/codec.h) and are applied by the native bindings;
+this module maps what users write in descriptors (``int``, ``str``, ``numpy.float32``,
+``"bigint"``, ``object``...) to codec ids, which snapshots persist.
+
+Values default to ``ANY``: a tag byte then a fast native encoding for ``None``, ``bool``,
+``int`` (64-bit), ``float``, ``str``, ``bytes`` and numpy scalars of those kinds (decoded as the
+matching Python type), and pickle for everything else. A concrete ``value_type`` selects a
+strict codec without the tag, which refuses other types with ``SerializationError``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from .errors import KeyTypeError, StateRegistrationError
+
+
+class Codec(IntEnum):
+    """Codec ids; persisted in snapshot metas, so values never change."""
+
+    VOID = 0
+    ANY = 1
+    BIGINT = 2
+    DOUBLE = 3
+    STRING = 4
+    BINARY = 5
+    BOOLEAN = 6
+    PICKLE = 7
+    INT = 8
+    FLOAT = 9
+    ORDERED_BIGINT = 10
+    ORDERED_DOUBLE = 11
+    ORDERED_STRING = 12
+    ORDERED_BINARY = 13
+
+
+_BY_NAME = {
+    "any": Codec.ANY, "object": Codec.ANY, "pickle": Codec.PICKLE,
+    "bigint": Codec.BIGINT, "long": Codec.BIGINT, "int64": Codec.BIGINT,
+    "int": Codec.INT, "integer": Codec.INT, "int32": Codec.INT,
+    "double": Codec.DOUBLE, "float64": Codec.DOUBLE,
+    "float": Codec.FLOAT, "float32": Codec.FLOAT,
+    "string": Codec.STRING, "str": Codec.STRING,
+    "binary": Codec.BINARY, "bytes": Codec.BINARY,
+    "boolean": Codec.BOOLEAN, "bool": Codec.BOOLEAN,
+}
+
+_BY_TYPE: dict[Any, Codec] = {
+    object: Codec.ANY, int: Codec.BIGINT, float: Codec.DOUBLE, str: Codec.STRING,
+    bytes: Codec.BINARY, bool: Codec.BOOLEAN,
+    np.int64: Codec.BIGINT, np.int32: Codec.INT, np.float64: Codec.DOUBLE,
+    np.float32: Codec.FLOAT, np.bool_: Codec.BOOLEAN,
+}
+
+_KEY_CODECS = {Codec.BIGINT, Codec.INT, Codec.DOUBLE, Codec.FLOAT, Codec.STRING, Codec.BINARY,
+               Codec.BOOLEAN}
+
+_ORDERED = {Codec.BIGINT: Codec.ORDERED_BIGINT, Codec.INT: Codec.ORDERED_BIGINT,
+            Codec.DOUBLE: Codec.ORDERED_DOUBLE, Codec.FLOAT: Codec.ORDERED_DOUBLE,
+            Codec.STRING: Codec.ORDERED_STRING, Codec.BINARY: Codec.ORDERED_BINARY}
+
+
+def _lookup(spec: Any, what: str) -> Codec:
+    if isinstance(spec, Codec):
+        return spec
+    if isinstance(spec, str):
+        codec = _BY_NAME.get(spec.lower())
+    else:
+        codec = _BY_TYPE.get(spec) or _BY_TYPE.get(getattr(np.dtype(spec), "type", None)
+                                                  if _is_dtype_like(spec) else None)
+    if codec is None:
+        raise StateRegistrationError(
+            f"unsupported {what} {spec!r}; use one of int, float, str, bytes, bool, numpy "
+            f"int32/int64/float32/float64, object (any value), or the names "
+            f"{sorted(_BY_NAME)}")
+    return codec
+
+
+def _is_dtype_like(spec: Any) -> bool:
+    try:
+        np.dtype(spec)
+    except TypeError:
+        return False
+    return not isinstance(spec, str)
+
+
+def value_codec(value_type: Any = None) -> Codec:
+    """Codec of values (and list elements, accumulators): None means ANY."""
+    return Codec.ANY if value_type is None else _lookup(value_type, "value_type")
+
+
+def namespace_codec(namespace_type: Any = None) -> Codec:
+    """Namespaces are VOID (only the default namespace, one 0x00 byte) unless a state declares
+    a namespace type; then they use ANY, whose encoding of None is that same 0x00 byte."""
+    return Codec.VOID if namespace_type is None else Codec.ANY
+
+
+def map_user_key_codec(user_key_type: Any = None) -> Codec:
+    return value_codec(user_key_type)
+
+
+def sorted_user_key_codec(user_key_type: Any) -> Codec:
+    """Order-preserving codec for SortedMapState user keys (int, float, str, bytes)."""
+    codec = _ORDERED.get(_lookup(user_key_type, "user_key_type"))
+    if codec is None:
+        raise StateRegistrationError(
+            f"SortedMapState user keys must be int, float, str or bytes (their encodings sort "
+            f"like their values), not {user_key_type!r}")
+    return codec
+
+
+def key_codecs(key_type: Any) -> tuple[tuple[int, ...], bool]:
+    """(column codecs, is_tuple) for a backend key type: one type or a tuple of types."""
+    if isinstance(key_type, (tuple, list)):
+        if not key_type:
+            raise KeyTypeError("key_type must name at least one column type")
+        return tuple(_key_column(t) for t in key_type), True
+    return (_key_column(key_type),), False
+
+
+def _key_column(spec: Any) -> int:
+    try:
+        codec = _lookup(spec, "key column type")
+    except StateRegistrationError as e:
+        raise KeyTypeError(str(e)) from None
+    if codec not in _KEY_CODECS:
+        raise KeyTypeError(
+            f"key columns must be bigint, int, double, float, string, binary or boolean (the types "
+            f"whose Spark hash() the engine reproduces), not {spec!r}")
+    return int(codec)
+
+
+def codec_name(codec: int) -> str:
+    return Codec(codec).name.lower()
