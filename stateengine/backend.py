@@ -15,10 +15,21 @@ import os
 import shutil
 from typing import Any, Iterator
 
+from typing import Sequence
+
 from . import _native, serializers
+from .checkpoint.asynchronous import AsyncSnapshot
+from .checkpoint.full import take_full_snapshot
+from .checkpoint.handles import FullSnapshotHandle, IncrementalHandle
+from .checkpoint.incremental import IncrementalCheckpointer
+from .checkpoint.restore import restore_backend
+from .checkpoint.storage import CheckpointStorage, as_storage
 from .descriptors import StateDescriptor, StateKind, validate_state_name
-from .errors import StateEngineError, StateRegistrationError, UnknownStateError
+from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
+                     UnknownStateError)
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
+from .operator_state import OperatorStateBackend
+from .timers import TimerService
 from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
                     ValueState)
 
@@ -80,15 +91,32 @@ class KeyedStateBackend(_native.NativeBackend):
         self._path = os.path.abspath(os.fspath(path))
         if require_empty:
             _prepare_empty_dir(self._path)
+        self._checkpoint_dir = os.path.join(self._path, "checkpoints")
+        self._staging_dir = os.path.join(self._path, "staging")
+        for d in (self._checkpoint_dir, self._staging_dir):
+            os.makedirs(d, exist_ok=True)
         self._states: dict[str, Any] = {}
-        self._metas: dict[str, dict] = {}
-        self._descriptors: dict[str, StateDescriptor] = {}
+        self._pending: set[AsyncSnapshot[Any]] = set()
         specs = [(m["name"], m["merge"], m["native_op"], m["value_codec"]) for m in cf_metas]
-        self._native_open(self._path, max_parallelism, kgr.start, kgr.end, specs)
-        self._cf_index = {m["name"]: i for i, m in enumerate(cf_metas)}
-        self._restored_metas = {m["name"]: m for m in cf_metas}
+        self._native_open(os.path.join(self._path, "db"), max_parallelism, kgr.start, kgr.end,
+                          specs)
+        self._cf_index: dict[str, int] = {m["name"]: i for i, m in enumerate(cf_metas)}
+        self._cf_metas: dict[str, dict] = {m["name"]: dict(m) for m in cf_metas}
         if key_type is not None:
             self._native_set_key_codecs(*serializers.key_codecs(key_type))
+        self.timer_service = TimerService(self)
+        self.operator_state = OperatorStateBackend()
+        self._checkpointer = IncrementalCheckpointer(self)
+        self.last_restore_stats: dict | None = None
+
+    @classmethod
+    def _open_existing(cls, path: str, max_parallelism: int, key_group_range: KeyGroupRange,
+                       cf_metas: list[dict], key_type: Any) -> "KeyedStateBackend":
+        """Opens a restored RocksDB directory (path/db) with the column families it holds."""
+        backend = cls.__new__(cls)
+        backend._setup(path, max_parallelism, key_group_range, key_type, cf_metas,
+                       require_empty=False)
+        return backend
 
     # ---- properties -------------------------------------------------------------------------
 
@@ -106,14 +134,59 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def state_names(self) -> list[str]:
-        """Every state this backend holds: registered now or restored from a snapshot."""
-        return list(self._cf_index)
+        """Every keyed state this backend holds: registered now or restored from a snapshot."""
+        return [n for n in self._cf_index if not n.startswith("__")]
 
     def state_meta(self, name: str) -> dict:
-        meta = self._metas.get(name) or self._restored_metas.get(name)
+        meta = self._cf_metas.get(name)
         if meta is None:
             raise UnknownStateError(self._unknown(name))
         return meta
+
+    def _cf_names(self) -> list[str]:
+        """Every column family (states and timers) in creation order: snapshot state ids."""
+        return sorted(self._cf_index, key=self._cf_index.__getitem__)
+
+    def _internal_cf(self, name: str, meta: dict) -> int:
+        cf = self._cf_index.get(name)
+        if cf is None:
+            full = dict(meta, name=name)
+            cf = self._native_create_cf(name, full["merge"], full["native_op"], full["value_codec"])
+            self._cf_index[name] = cf
+            self._cf_metas[name] = full
+        return cf
+
+    def _ensure_cf(self, meta: dict, source: str) -> int:
+        """The column family for a restored state's meta, created if new; a conflicting meta
+        under the same name is an IncompatibleStateError naming the source."""
+        name = meta["name"]
+        have = self._cf_metas.get(name)
+        if have is not None:
+            conflict = describe_meta_conflict(name, have, meta)
+            if conflict:
+                raise IncompatibleStateError(f"{source}: {conflict}")
+            return self._cf_index[name]
+        cf = self._native_create_cf(name, meta["merge"], meta["native_op"], meta["value_codec"])
+        self._cf_index[name] = cf
+        self._cf_metas[name] = dict(meta)
+        return cf
+
+    def _check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
+                               source: str) -> None:
+        if max_parallelism != self._max_parallelism:
+            raise IncompatibleStateError(
+                f"{source} was written with max_parallelism {max_parallelism}, the backend has "
+                f"{self._max_parallelism}; keep max_parallelism fixed for the life of the state")
+        if not key_codecs:
+            return
+        codecs = tuple(key_codecs)
+        if self.key_codecs is None:
+            self._native_set_key_codecs(codecs, bool(key_is_tuple))
+        elif tuple(self.key_codecs) != codecs or self.key_is_tuple != bool(key_is_tuple):
+            names = lambda cs: ", ".join(serializers.codec_name(c) for c in cs)  # noqa: E731
+            raise IncompatibleStateError(
+                f"{source} holds keys of type ({names(codecs)}) but this backend's keys are "
+                f"({names(self.key_codecs)})")
 
     # ---- registration -----------------------------------------------------------------------
 
@@ -124,7 +197,7 @@ class KeyedStateBackend(_native.NativeBackend):
                             f"got {type(descriptor).__name__}")
         name = descriptor.name
         want = descriptor.meta()
-        have = self._metas.get(name) or self._restored_metas.get(name)
+        have = self._cf_metas.get(name)
         if have is not None:
             conflict = describe_meta_conflict(name, have, want)
             if conflict:
@@ -148,15 +221,14 @@ class KeyedStateBackend(_native.NativeBackend):
         elif kind is StateKind.AGGREGATING:
             handle._set_function(descriptor.aggregate_function, descriptor.native)
         self._states[name] = handle
-        self._metas[name] = want
-        self._descriptors[name] = descriptor
+        self._cf_metas[name] = want
         return handle
 
     def _on_first_key(self, key: Any) -> None:
         self._native_set_key_codecs(_native.infer_key_codecs(key), isinstance(key, tuple))
 
     def _unknown(self, name: str) -> str:
-        known = ", ".join(sorted(self._cf_index)) or "none"
+        known = ", ".join(sorted(self.state_names)) or "none"
         return f"no state named '{name}' in this backend (states: {known})"
 
     def _cf_of(self, name: str) -> int:
@@ -180,13 +252,75 @@ class KeyedStateBackend(_native.NativeBackend):
         """RocksDB entries of one state, or of all states (map states count one per user key)."""
         if state_name is not None:
             return self._native_count(self._cf_of(state_name))
-        return sum(self._native_count(cf) for cf in self._cf_index.values())
+        return sum(self._native_count(self._cf_index[n]) for n in self.state_names)
+
+    # ---- snapshots and checkpoints -------------------------------------------------------
+
+    def snapshot(self, target: CheckpointStorage | str | os.PathLike, name: str,
+                 compress: bool = True) -> AsyncSnapshot[FullSnapshotHandle]:
+        """Starts a full snapshot (savepoint layout) to ``name`` under ``target`` (a directory
+        or URI). Writes after this call returns are not in it; ``result()`` gives the handle."""
+        return take_full_snapshot(self, as_storage(target), name, compress)
+
+    def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
+                   private_dir: str | None = None, manifest_path: str | None = None,
+                   shared_dir: str = "shared") -> AsyncSnapshot[IncrementalHandle]:
+        """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
+        not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
+        ``chk-<id>``); the handle is published to ``manifest_path`` if given."""
+        private = private_dir or f"chk-{checkpoint_id}"
+        return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
+                                             manifest_path, shared_dir)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Confirms checkpoint ``checkpoint_id`` (see IncrementalCheckpointer)."""
+        self._checkpointer.notify_checkpoint_complete(checkpoint_id)
+
+    @property
+    def num_retained_checkpoints(self) -> int | None:
+        return self._checkpointer.num_retained
+
+    @num_retained_checkpoints.setter
+    def num_retained_checkpoints(self, n: int | None) -> None:
+        """Keep only the newest n confirmed checkpoints; older ones are deleted (files this
+        backend uploaded and no retained checkpoint references)."""
+        self._checkpointer.num_retained = n
+
+    @classmethod
+    def restore(cls, path: str | os.PathLike, handles: Sequence[Any],
+                key_group_range: KeyGroupRange | None = None, max_parallelism: int | None = None,
+                key_type: Any = None, descriptors: Sequence[StateDescriptor] = (),
+                operator_index: int = 0, parallelism: int = 1) -> "KeyedStateBackend":
+        """A new backend at ``path`` holding ``key_group_range`` (default: the handles' union)
+        restored from full snapshots or incremental checkpoints written at any parallelism.
+        ``descriptors`` are checked against the restored metas up front; operator state is
+        redistributed to instance ``operator_index`` of ``parallelism``."""
+        return restore_backend(cls, os.path.abspath(os.fspath(path)), handles, key_group_range,
+                               max_parallelism, key_type, descriptors, operator_index, parallelism)
+
+    def _track(self, snap: AsyncSnapshot[Any]) -> AsyncSnapshot[Any]:
+        self._pending = {s for s in self._pending if not s.done()}
+        self._pending.add(snap)
+        return snap
+
+    def _wait_pending(self, cancel: bool) -> None:
+        for snap in list(self._pending):
+            if cancel:
+                snap.cancel()
+            try:
+                snap.result()
+            except BaseException:  # the owner of the snapshot sees its error
+                pass
+        self._pending.clear()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes RocksDB; every later call on the backend or its handles raises
-        BackendClosedError. The working directory stays (see ``dispose``)."""
+        """Cancels running snapshots, then closes RocksDB; every later call on the backend or
+        its handles raises BackendClosedError. The working directory stays (see ``dispose``)."""
+        if self.closed:
+            return
+        self._wait_pending(cancel=True)
         self._native_close()
 
     def dispose(self) -> None:

@@ -161,3 +161,66 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus CompactAll()
 
     string CPrefixSuccessor "stateengine::PrefixSuccessor"(const string&)
+
+
+cdef extern from "<utility>" namespace "std" nogil:
+    cdef cppclass CIntPair "std::pair<int, int>":
+        CIntPair()
+        CIntPair(int, int)
+
+
+cdef extern from "crc32c.h" namespace "stateengine" nogil:
+    uint32_t CCrc32c "stateengine::Crc32c"(uint32_t, const char*, size_t)
+    cbool CFileCrc32c "stateengine::FileCrc32c"(const string&, uint32_t*, uint64_t*, string*)
+
+
+cdef extern from "snapshot_writer.h" namespace "stateengine" nogil:
+    cdef cppclass CSnapshotColumn "stateengine::SnapshotColumn":
+        int cf_index
+        int state_id
+
+    cdef cppclass CKeyGroupOffset "stateengine::KeyGroupOffset":
+        int32_t key_group
+        uint64_t offset
+
+    cdef cppclass CSnapshotStats "stateengine::SnapshotStats":
+        uint64_t entries
+        uint64_t raw_bytes
+        uint64_t file_bytes
+
+    cdef cppclass CFullSnapshotWriter "stateengine::FullSnapshotWriter":
+        CFullSnapshotWriter(CStateDB*, vector[CSnapshotColumn], int, int32_t, int32_t, cbool)
+        CStatus Write(const string&, const string&, vector[CKeyGroupOffset]*, CSnapshotStats*)
+        void Cancel()
+        void Release()
+
+    CStatus CIterateForBaseline "stateengine::IterateForBaseline"(
+        CStateDB*, const vector[int]&, int, int32_t, int32_t, CSnapshotStats*)
+
+
+cdef extern from "snapshot_reader.h" namespace "stateengine" nogil:
+    cdef cppclass CRestoreStats "stateengine::RestoreStats":
+        uint64_t entries
+        uint64_t raw_bytes
+        uint64_t key_groups
+
+    cdef cppclass CFullSnapshotReader "stateengine::FullSnapshotReader":
+        CStatus Open(const string&)
+        CStatus RestoreKeyGroup(int32_t, uint64_t, cbool, int, const vector[int]&, CStateDB*,
+                                CRestoreStats*)
+        uint64_t size()
+
+
+cdef extern from "checkpoint.h" namespace "stateengine" nogil:
+    CStatus CCreateCheckpoint "stateengine::CreateCheckpoint"(CStateDB*, const string&)
+    CStatus CClipToKeyGroupRange "stateengine::ClipToKeyGroupRange"(
+        CStateDB*, int, int32_t, int32_t, int32_t)
+    CStatus CCopyKeyGroupRange "stateengine::CopyKeyGroupRange"(
+        CStateDB*, CStateDB*, const vector[CIntPair]&, int, int32_t, int32_t, uint64_t*)
+
+
+cdef extern from "timers.h" namespace "stateengine" nogil:
+    CStatus CPopDueTimers "stateengine::PopDueTimers"(
+        CStateDB*, int, int, int32_t, int32_t, int64_t, size_t, vector[string]*)
+    CStatus CNextTimerTimestamp "stateengine::NextTimerTimestamp"(
+        CStateDB*, int, int, int32_t, int32_t, cbool*, int64_t*)

@@ -1,0 +1,159 @@
+#include "snappy_frame.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <snappy.h>
+
+#include "crc32c.h"
+
+namespace stateengine {
+namespace {
+
+constexpr size_t kMaxBlock = 65536;
+constexpr unsigned char kCompressedChunk = 0x00;
+constexpr unsigned char kUncompressedChunk = 0x01;
+constexpr unsigned char kPaddingChunk = 0xfe;
+constexpr unsigned char kStreamIdentifier = 0xff;
+constexpr char kStreamHeader[] = {'\xff', '\x06', '\x00', '\x00', 's', 'N', 'a', 'P', 'p', 'Y'};
+
+void PutLE24(std::string* out, uint32_t v) {
+  out->push_back(static_cast<char>(v & 0xFF));
+  out->push_back(static_cast<char>((v >> 8) & 0xFF));
+  out->push_back(static_cast<char>((v >> 16) & 0xFF));
+}
+
+void PutLE32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+uint32_t GetLE32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return u[0] | (u[1] << 8) | (u[2] << 16) | (static_cast<uint32_t>(u[3]) << 24);
+}
+
+}  // namespace
+
+rocksdb::Status FramedWriter::Begin() {
+  pending_.clear();
+  return out_->Append(kStreamHeader, sizeof(kStreamHeader));
+}
+
+rocksdb::Status FramedWriter::Append(const char* data, size_t n) {
+  while (n > 0) {
+    if (pending_.empty() && n >= kMaxBlock) {  // whole blocks skip the staging copy
+      rocksdb::Status st = EmitChunk(data, kMaxBlock);
+      if (!st.ok()) return st;
+      data += kMaxBlock;
+      n -= kMaxBlock;
+      continue;
+    }
+    const size_t take = std::min(n, kMaxBlock - pending_.size());
+    pending_.append(data, take);
+    data += take;
+    n -= take;
+    if (pending_.size() == kMaxBlock) {
+      rocksdb::Status st = EmitChunk(pending_.data(), pending_.size());
+      pending_.clear();
+      if (!st.ok()) return st;
+    }
+  }
+  return rocksdb::Status::OK();
+}
+
+rocksdb::Status FramedWriter::Finish() {
+  if (pending_.empty()) return rocksdb::Status::OK();
+  rocksdb::Status st = EmitChunk(pending_.data(), pending_.size());
+  pending_.clear();
+  return st;
+}
+
+rocksdb::Status FramedWriter::EmitChunk(const char* data, size_t n) {
+  const uint32_t crc = MaskCrc(Crc32c(0, data, n));
+  compressed_.resize(snappy::MaxCompressedLength(n));
+  size_t clen = 0;
+  snappy::RawCompress(data, n, &compressed_[0], &clen);
+  // Keep the compressed form only when it saves at least 1/8, as reference encoders do.
+  const bool compress = clen < n - n / 8;
+  const char* body = compress ? compressed_.data() : data;
+  const size_t blen = compress ? clen : n;
+  header_.clear();
+  header_.push_back(static_cast<char>(compress ? kCompressedChunk : kUncompressedChunk));
+  PutLE24(&header_, static_cast<uint32_t>(blen + 4));
+  PutLE32(&header_, crc);
+  rocksdb::Status st = out_->Append(header_.data(), header_.size());
+  if (!st.ok()) return st;
+  return out_->Append(body, blen);
+}
+
+rocksdb::Status FramedReader::Begin(uint64_t offset) {
+  data_.clear();
+  pos_ = 0;
+  rocksdb::Status st = in_->Seek(offset);
+  if (!st.ok()) return st;
+  char header[sizeof(kStreamHeader)];
+  st = in_->ReadExact(header, sizeof(header), "a snappy stream header");
+  if (!st.ok()) return st;
+  if (std::string(header, sizeof(header)) != std::string(kStreamHeader, sizeof(kStreamHeader))) {
+    return rocksdb::Status::Corruption(in_->path(), "no snappy stream identifier at offset " +
+                                                        std::to_string(offset));
+  }
+  return rocksdb::Status::OK();
+}
+
+rocksdb::Status FramedReader::NextChunk() {
+  for (;;) {
+    char head[4];
+    rocksdb::Status st = in_->ReadExact(head, 4, "a snappy chunk header");
+    if (!st.ok()) return st;
+    const auto type = static_cast<unsigned char>(head[0]);
+    const uint32_t len = static_cast<unsigned char>(head[1]) |
+                         (static_cast<unsigned char>(head[2]) << 8) |
+                         (static_cast<uint32_t>(static_cast<unsigned char>(head[3])) << 16);
+    raw_.resize(len);
+    st = in_->ReadExact(&raw_[0], len, "a snappy chunk");
+    if (!st.ok()) return st;
+    if (type == kPaddingChunk || (type >= 0x80 && type != kStreamIdentifier)) continue;
+    if (type == kStreamIdentifier) continue;  // a concatenated stream may repeat it
+    if (len < 4 || (type != kCompressedChunk && type != kUncompressedChunk)) {
+      return rocksdb::Status::Corruption(in_->path(), "unknown snappy chunk type " +
+                                                          std::to_string(type));
+    }
+    const uint32_t expected = GetLE32(raw_.data());
+    if (type == kCompressedChunk) {
+      size_t ulen = 0;
+      if (!snappy::GetUncompressedLength(raw_.data() + 4, len - 4, &ulen) || ulen > kMaxBlock) {
+        return rocksdb::Status::Corruption(in_->path(), "bad snappy chunk length");
+      }
+      data_.resize(ulen);
+      if (!snappy::RawUncompress(raw_.data() + 4, len - 4, &data_[0])) {
+        return rocksdb::Status::Corruption(in_->path(), "snappy chunk does not decompress");
+      }
+    } else {
+      data_.assign(raw_.data() + 4, len - 4);
+    }
+    if (MaskCrc(Crc32c(0, data_.data(), data_.size())) != expected) {
+      return rocksdb::Status::Corruption(in_->path(), "snappy chunk checksum mismatch");
+    }
+    pos_ = 0;
+    return rocksdb::Status::OK();
+  }
+}
+
+rocksdb::Status FramedReader::Read(char* out, size_t n, const char* /*what*/) {
+  while (n > 0) {
+    if (pos_ == data_.size()) {
+      rocksdb::Status st = NextChunk();
+      if (!st.ok()) return st;  // already names the file
+      continue;
+    }
+    const size_t take = std::min(n, data_.size() - pos_);
+    std::memcpy(out, data_.data() + pos_, take);
+    pos_ += take;
+    out += take;
+    n -= take;
+  }
+  return rocksdb::Status::OK();
+}
+
+}  // namespace stateengine

@@ -1,0 +1,72 @@
+// Full snapshot in the unified savepoint layout (FLIP-41). The constructor is the synchronous
+// part (it pins a RocksDB snapshot); Write is the asynchronous part and may run on any thread
+// while the backend keeps taking writes, which the pinned snapshot does not see.
+// Stream: meta block (never compressed), then per key group with entries: its offset goes to
+// the handle, a fresh snappy framed stream starts, then `u16 state id`, pairs
+// `i32 len | key | i32 len | value` (big-endian), the top bit of key[0] set on the last pair
+// of a state's run, followed by `u16 next state id` or 0xFFFF at the end of the key group.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rocksdb/db.h>
+
+#include "db.h"
+
+namespace stateengine {
+
+constexpr uint16_t kEndOfKeyGroupMark = 0xFFFF;
+constexpr unsigned char kMetaFollowsFlag = 0x80;
+
+struct SnapshotColumn {
+  int cf_index;
+  int state_id;
+};
+
+struct KeyGroupOffset {
+  int32_t key_group;
+  uint64_t offset;
+};
+
+struct SnapshotStats {
+  uint64_t entries = 0;
+  uint64_t raw_bytes = 0;   // bytes of keys and values
+  uint64_t file_bytes = 0;  // bytes written, meta block included
+};
+
+class FullSnapshotWriter {
+ public:
+  FullSnapshotWriter(StateDB* db, std::vector<SnapshotColumn> columns, int prefix_bytes,
+                     int32_t kg_start, int32_t kg_end, bool compress);
+  ~FullSnapshotWriter();
+  FullSnapshotWriter(const FullSnapshotWriter&) = delete;
+  FullSnapshotWriter& operator=(const FullSnapshotWriter&) = delete;
+
+  // Writes the stream to path. Returns Incomplete if Cancel() was called meanwhile.
+  rocksdb::Status Write(const std::string& path, const std::string& meta_block,
+                        std::vector<KeyGroupOffset>* offsets, SnapshotStats* stats);
+  // Asks a running Write to stop at its next check (every few thousand entries).
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  // Releases the pinned snapshot early (the destructor does it otherwise).
+  void Release();
+
+ private:
+  StateDB* db_;
+  const rocksdb::Snapshot* snapshot_;
+  std::vector<SnapshotColumn> columns_;
+  int prefix_bytes_;
+  int32_t kg_start_, kg_end_;
+  bool compress_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Plain native iteration over the same column families and range (no encoding, no I/O):
+// the baseline the benchmark compares snapshot writing against.
+rocksdb::Status IterateForBaseline(StateDB* db, const std::vector<int>& cf_indexes,
+                                   int prefix_bytes, int32_t kg_start, int32_t kg_end,
+                                   SnapshotStats* stats);
+
+}  // namespace stateengine

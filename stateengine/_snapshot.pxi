@@ -1,0 +1,206 @@
+# Bindings for full snapshots (sync + async parts), restore of key groups, incremental
+# checkpoint primitives, checksums and timers. Policy (file names, handles, retention) lives
+# in stateengine/checkpoint/; this file only moves bytes with the GIL released.
+
+cdef object _SnapshotCancelledError = errors.SnapshotCancelledError
+
+
+def crc32c(data, uint32_t crc=0) -> int:
+    """CRC-32C (Castagnoli) of a bytes-like object, continuing from crc."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return crc
+    return CCrc32c(crc, <const char*>&view[0], <size_t>view.shape[0])
+
+
+def file_crc32c(str path):
+    """(crc32c, size) of a file, read with the GIL released."""
+    cdef string p = path.encode("utf-8")
+    cdef uint32_t crc = 0
+    cdef uint64_t size = 0
+    cdef string err
+    cdef cbool ok
+    with nogil:
+        ok = CFileCrc32c(p, &crc, &size, &err)
+    if not ok:
+        raise FileNotFoundError(f"cannot read {path}: {err.decode('utf-8', 'replace')}")
+    return crc, size
+
+
+cdef class NativeFullSnapshot:
+    """A full snapshot whose synchronous part (a pinned RocksDB snapshot) is done; ``write``
+    is the asynchronous part."""
+    cdef unique_ptr[CFullSnapshotWriter] _writer
+    cdef NativeBackend _backend
+
+    @staticmethod
+    def take(NativeBackend backend, list columns, bint compress):
+        """columns: (column family index, state id) pairs, in state id order."""
+        cdef vector[CSnapshotColumn] cols
+        cdef CSnapshotColumn c
+        cdef NativeFullSnapshot snap = NativeFullSnapshot.__new__(NativeFullSnapshot)
+        backend._check_open()
+        for cf, sid in columns:
+            c.cf_index = cf
+            c.state_id = sid
+            cols.push_back(c)
+        snap._backend = backend
+        snap._writer.reset(new CFullSnapshotWriter(
+            backend._db.get(), cols, backend._prefix_bytes, backend._kg_start, backend._kg_end,
+            compress))
+        return snap
+
+    def write(self, str path, bytes meta_block):
+        """Writes the stream; returns ([(key group, offset)], stats). Runs without the GIL."""
+        cdef string p = path.encode("utf-8")
+        cdef string meta = meta_block
+        cdef vector[CKeyGroupOffset] offsets
+        cdef CSnapshotStats stats
+        cdef CStatus st
+        if self._writer.get() == NULL:
+            raise _SnapshotCancelledError("snapshot already released")
+        with nogil:
+            st = self._writer.get().Write(p, meta, &offsets, &stats)
+        if st.IsIncomplete():
+            raise _SnapshotCancelledError("the snapshot was cancelled before it finished")
+        check_status(st)
+        return ([(o.key_group, o.offset) for o in offsets],
+                {"entries": stats.entries, "raw_bytes": stats.raw_bytes,
+                 "file_bytes": stats.file_bytes})
+
+    def cancel(self):
+        if self._writer.get() != NULL:
+            self._writer.get().Cancel()
+
+    def release(self):
+        """Unpins the RocksDB snapshot (call only when no write is running)."""
+        self._writer.reset()
+
+
+def iterate_baseline(NativeBackend backend, list cf_indexes) -> dict:
+    """Plain native pass over column families: the yardstick for snapshot speed."""
+    cdef vector[int] cfs = cf_indexes
+    cdef CSnapshotStats stats
+    cdef CStatus st
+    backend._check_open()
+    with nogil:
+        st = CIterateForBaseline(backend._db.get(), cfs, backend._prefix_bytes, backend._kg_start,
+                                 backend._kg_end, &stats)
+    check_status(st)
+    return {"entries": stats.entries, "raw_bytes": stats.raw_bytes}
+
+
+def restore_key_groups(NativeBackend backend, str path, list groups, bint compressed,
+                       list cf_for_state) -> dict:
+    """Restores (key group, offset) sections of a full snapshot file into backend."""
+    cdef CFullSnapshotReader reader
+    cdef string p = path.encode("utf-8")
+    cdef vector[int] cfs = cf_for_state
+    cdef CRestoreStats stats
+    cdef CStatus st
+    cdef int32_t kg
+    cdef uint64_t off
+    backend._check_open()
+    with nogil:
+        st = reader.Open(p)
+    check_status(st)
+    for g, o in groups:
+        kg = g
+        off = o
+        with nogil:
+            st = reader.RestoreKeyGroup(kg, off, compressed, backend._prefix_bytes, cfs,
+                                        backend._db.get(), &stats)
+        check_status(st)
+    return {"entries": stats.entries, "raw_bytes": stats.raw_bytes, "key_groups": stats.key_groups}
+
+
+def create_checkpoint(NativeBackend backend, str directory):
+    cdef string d = directory.encode("utf-8")
+    cdef CStatus st
+    backend._check_open()
+    with nogil:
+        st = CCreateCheckpoint(backend._db.get(), d)
+    check_status(st)
+
+
+def clip_to_range(NativeBackend backend):
+    """Deletes every key group outside the backend's own range."""
+    cdef CStatus st
+    backend._check_open()
+    with nogil:
+        st = CClipToKeyGroupRange(backend._db.get(), backend._prefix_bytes, backend._kg_start,
+                                  backend._kg_end, backend._max_parallelism)
+    check_status(st)
+
+
+def copy_key_groups(NativeBackend src, NativeBackend dst, list cf_map, int32_t kg_start,
+                    int32_t kg_end) -> int:
+    """Copies key groups [kg_start, kg_end] of src into dst: cf_map holds (src cf, dst cf)."""
+    cdef vector[CIntPair] pairs
+    cdef uint64_t n = 0
+    cdef CStatus st
+    src._check_open()
+    dst._check_open()
+    for a, b in cf_map:
+        pairs.push_back(CIntPair(a, b))
+    with nogil:
+        st = CCopyKeyGroupRange(src._db.get(), dst._db.get(), pairs, dst._prefix_bytes, kg_start,
+                                kg_end, &n)
+    check_status(st)
+    return n
+
+
+# ---- timers --------------------------------------------------------------------------------
+
+def timer_put(NativeBackend backend, int cf, int64_t timestamp, namespace, bint delete):
+    """Registers (or deletes) a timer of the current key at timestamp in namespace."""
+    cdef string ns, key
+    cdef CStatus st
+    cdef CStateDB* db
+    backend.check_key()
+    encode_value(kAny, namespace, &ns)
+    backend._builder.get().BuildTimerKey(timestamp, ns, True, &key)
+    db = backend._db.get()
+    with nogil:
+        if delete:
+            st = db.Delete(cf, CSlice(key))
+        else:
+            st = db.Put(cf, CSlice(key), CSlice(b"", 0))
+    check_status(st)
+
+
+def timer_pop_due(NativeBackend backend, int cf, int64_t max_timestamp, size_t limit) -> list:
+    """Removes and returns due timers as (timestamp, key, namespace), in time order."""
+    cdef vector[string] keys
+    cdef CStatus st
+    cdef CParsedKey pk
+    cdef int64_t ts
+    cdef size_t used
+    cdef const char* p
+    backend._check_open()
+    if not backend._has_schema:
+        return []
+    with nogil:
+        st = CPopDueTimers(backend._db.get(), cf, backend._prefix_bytes, backend._kg_start,
+                           backend._kg_end, max_timestamp, limit, &keys)
+    check_status(st)
+    out = []
+    for k in keys:
+        p = k.data()
+        if not CParseTimerKey(p, k.size(), backend._prefix_bytes, backend._schema, &ts, &pk):
+            raise _CorruptionError("a stored timer key does not fit the timer layout")
+        out.append((ts, decode_key(backend._schema, backend._key_is_tuple, p + pk.key_off, pk.key_len),
+                    decode_value(kAny, p + pk.ns_off, pk.ns_len, &used)))
+    return out
+
+
+def timer_next_timestamp(NativeBackend backend, int cf):
+    cdef cbool found = False
+    cdef int64_t ts = 0
+    cdef CStatus st
+    backend._check_open()
+    with nogil:
+        st = CNextTimerTimestamp(backend._db.get(), cf, backend._prefix_bytes, backend._kg_start,
+                                 backend._kg_end, &found, &ts)
+    check_status(st)
+    return ts if found else None

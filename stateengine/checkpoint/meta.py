@@ -1,0 +1,93 @@
+"""The meta block of a full snapshot: what restore checks before it touches any key group.
+
+Layout (big-endian), never compressed::
+
+    b"SEKS" | u16 format version | u32 body length | body
+    body: i32 max parallelism | u8 key is tuple | u8 n key columns | n x u8 key codec
+          | u8 compression (0 none, 1 snappy framed per key group)
+          | u16 n states | per state: u16 state id | u16 name length | UTF-8 name | u8 kind
+            | u8 value codec | u8 namespace codec | u8 user key codec | u8 merge kind
+            | u8 native op
+
+Timers are states of kind ``timers``; operator state is not keyed and lives in its own file.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CorruptionError
+
+MAGIC = b"SEKS"
+FORMAT_VERSION = 1
+HEADER = struct.Struct(">4sHI")
+
+KIND_IDS = {"value": 0, "list": 1, "map": 2, "sorted_map": 3, "reducing": 4, "aggregating": 5,
+            "timers": 6}
+KIND_NAMES = {v: k for k, v in KIND_IDS.items()}
+
+
+@dataclass
+class SnapshotMeta:
+    max_parallelism: int
+    key_codecs: tuple[int, ...] | None
+    key_is_tuple: bool
+    compressed: bool
+    states: list[dict[str, Any]] = field(default_factory=list)  # in state id order
+
+    def encode(self) -> bytes:
+        codecs = self.key_codecs or ()
+        body = bytearray(struct.pack(">iBB", self.max_parallelism, self.key_is_tuple, len(codecs)))
+        body += bytes(codecs)
+        body += struct.pack(">BH", 1 if self.compressed else 0, len(self.states))
+        for sid, s in enumerate(self.states):
+            name = s["name"].encode("utf-8")
+            body += struct.pack(">HH", sid, len(name)) + name
+            body += struct.pack(">BBBBBB", KIND_IDS[s["kind"]], s["value_codec"],
+                                s["namespace_codec"], s["user_key_codec"], s["merge"],
+                                s["native_op"])
+        return HEADER.pack(MAGIC, FORMAT_VERSION, len(body)) + bytes(body)
+
+    @classmethod
+    def decode(cls, data: bytes, source: str = "snapshot") -> tuple["SnapshotMeta", int]:
+        """(meta, length of the meta block) from the start of a snapshot file."""
+        if len(data) < HEADER.size:
+            raise CorruptionError(f"{source}: file is shorter than a snapshot header (truncated)")
+        magic, version, length = HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise CorruptionError(f"{source}: not a stateengine snapshot (bad magic {magic!r})")
+        if version != FORMAT_VERSION:
+            raise CorruptionError(f"{source}: snapshot format version {version} is not supported "
+                                  f"(this build reads version {FORMAT_VERSION})")
+        end = HEADER.size + length
+        if len(data) < end:
+            raise CorruptionError(f"{source}: meta block is truncated")
+        try:
+            pos = HEADER.size
+            max_p, is_tuple, ncols = struct.unpack_from(">iBB", data, pos)
+            pos += 6
+            codecs = tuple(data[pos:pos + ncols])
+            pos += ncols
+            compression, nstates = struct.unpack_from(">BH", data, pos)
+            pos += 3
+            states = []
+            for expected in range(nstates):
+                sid, nlen = struct.unpack_from(">HH", data, pos)
+                pos += 4
+                name = data[pos:pos + nlen].decode("utf-8")
+                pos += nlen
+                kind, vc, nc, uc, merge, op = struct.unpack_from(">BBBBBB", data, pos)
+                pos += 6
+                if sid != expected or kind not in KIND_NAMES:
+                    raise ValueError(f"state entry {expected} is malformed")
+                states.append({"name": name, "kind": KIND_NAMES[kind], "value_codec": vc,
+                               "namespace_codec": nc, "user_key_codec": uc, "merge": merge,
+                               "native_op": op})
+            if pos != end:
+                raise ValueError("meta block length does not match its contents")
+        except (struct.error, UnicodeDecodeError, ValueError) as e:
+            raise CorruptionError(f"{source}: corrupted meta block ({e})") from None
+        meta = cls(max_p, codecs or None, bool(is_tuple), compression == 1, states)
+        return meta, end

@@ -1,0 +1,210 @@
+"""Checkpoint storage on any file system ``pyarrow.fs`` reaches: local paths and ``file://``,
+``hdfs://`` and ``s3://`` URIs.
+
+Files are written under unique names or to a temporary name and then moved into place, so a
+reader never sees half a file; every download is checked against the size and CRC-32C the
+handle recorded, and a mismatch names the file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import pyarrow.fs as pafs
+
+from .. import _native
+from ..errors import CheckpointNotFoundError, CorruptionError, StorageError
+from .handles import FileRef
+
+_COPY_CHUNK = 4 << 20
+
+
+class CheckpointStorage:
+    """A checkpoint root directory. Paths given to methods are relative to the root."""
+
+    def __init__(self, uri: str | os.PathLike) -> None:
+        uri = os.fspath(uri)
+        if "://" in uri and not uri.startswith("file://"):
+            try:
+                self.fs, root = pafs.FileSystem.from_uri(uri)
+            except Exception as e:  # pyarrow raises ArrowInvalid / OSError variants
+                raise StorageError(f"cannot open checkpoint storage {uri}: {e}") from e
+            self.uri = uri.rstrip("/")
+        else:
+            root = os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
+            self.fs = pafs.LocalFileSystem()
+            self.uri = root
+        self.root = root.rstrip("/")
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStorage({self.uri!r})"
+
+    def full_path(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def describe(self, rel: str) -> str:
+        """The location of rel as a user would type it (for error messages)."""
+        return f"{self.uri}/{rel}"
+
+    # ---- queries ---------------------------------------------------------------------------
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.full_path(rel)).type != pafs.FileType.NotFound
+
+    def list_dir(self, rel: str) -> list[pafs.FileInfo]:
+        """Entries directly under rel ([] if rel does not exist)."""
+        info = self.fs.get_file_info(self.full_path(rel))
+        if info.type == pafs.FileType.NotFound:
+            return []
+        return self.fs.get_file_info(pafs.FileSelector(self.full_path(rel), allow_not_found=True))
+
+    def read_bytes(self, rel: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(self.full_path(rel)) as f:
+                return f.read()
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"checkpoint file {self.describe(rel)} does not exist") from None
+        except OSError as e:
+            if "not found" in str(e).lower() or "no such file" in str(e).lower():
+                raise CheckpointNotFoundError(
+                    f"checkpoint file {self.describe(rel)} does not exist") from None
+            raise StorageError(f"cannot read {self.describe(rel)}: {e}") from e
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    def _ensure_parent(self, rel: str) -> None:
+        parent = self.full_path(rel).rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Publishes data at rel all at once: readers see the old file or the new one."""
+        self._ensure_parent(rel)
+        final = self.full_path(rel)
+        tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+        try:
+            if self.is_local:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
+                _fsync_dir(os.path.dirname(final))
+            else:
+                with self.fs.open_output_stream(tmp) as out:
+                    out.write(data)
+                self.fs.move(tmp, final)
+        except OSError as e:
+            self._delete_quietly(tmp)
+            raise StorageError(f"cannot publish {self.describe(rel)}: {e}") from e
+
+    def upload(self, local_file: str, rel: str, local_name: str = "") -> FileRef:
+        """Copies a local file to rel (temporary name, then move) and returns its FileRef."""
+        crc, size = _native.file_crc32c(local_file)
+        self._ensure_parent(rel)
+        final = self.full_path(rel)
+        tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+        try:
+            if self.is_local:
+                shutil.copyfile(local_file, tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
+            else:
+                with open(local_file, "rb") as src, self.fs.open_output_stream(tmp) as out:
+                    while chunk := src.read(_COPY_CHUNK):
+                        out.write(chunk)
+                self.fs.move(tmp, final)
+        except OSError as e:
+            self._delete_quietly(tmp)
+            raise StorageError(f"cannot upload {local_file} to {self.describe(rel)}: {e}") from e
+        return FileRef(rel, size, crc, local_name)
+
+    def place_local(self, rel: str) -> str:
+        """A local temporary path that commit_local will move to rel (local storage only)."""
+        self._ensure_parent(rel)
+        return f"{self.full_path(rel)}.tmp-{uuid.uuid4().hex}"
+
+    def commit_local(self, tmp_path: str, rel: str, local_name: str = "") -> FileRef:
+        crc, size = _native.file_crc32c(tmp_path)
+        os.replace(tmp_path, self.full_path(rel))
+        return FileRef(rel, size, crc, local_name)
+
+    def download(self, ref: FileRef, local_file: str) -> None:
+        """Copies ref to local_file and verifies its size and checksum."""
+        src = self.full_path(ref.path)
+        try:
+            if self.is_local:
+                shutil.copyfile(src, local_file)
+            else:
+                with self.fs.open_input_stream(src) as f, open(local_file, "wb") as out:
+                    while chunk := f.read(_COPY_CHUNK):
+                        out.write(chunk)
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(
+                f"checkpoint file {self.describe(ref.path)} does not exist") from None
+        except OSError as e:
+            if "not found" in str(e).lower() or "no such file" in str(e).lower():
+                raise CheckpointNotFoundError(
+                    f"checkpoint file {self.describe(ref.path)} does not exist") from None
+            raise StorageError(f"cannot download {self.describe(ref.path)}: {e}") from e
+        self.verify_local(ref, local_file)
+
+    def verify_local(self, ref: FileRef, local_file: str) -> None:
+        crc, size = _native.file_crc32c(local_file)
+        if size != ref.size:
+            raise CorruptionError(
+                f"checkpoint file {self.describe(ref.path)} has {size} bytes but its handle "
+                f"recorded {ref.size} (truncated or replaced)")
+        if crc != ref.crc32c:
+            raise CorruptionError(
+                f"checkpoint file {self.describe(ref.path)} is corrupted: CRC-32C {crc:#010x} "
+                f"differs from the recorded {ref.crc32c:#010x}")
+
+    def open_verified(self, ref: FileRef, scratch_dir: str) -> str:
+        """A verified local path holding ref: the file itself on local storage (after its
+        checksum is checked), else a downloaded copy under scratch_dir."""
+        if self.is_local:
+            path = self.full_path(ref.path)
+            if not os.path.exists(path):
+                raise CheckpointNotFoundError(
+                    f"checkpoint file {self.describe(ref.path)} does not exist")
+            self.verify_local(ref, path)
+            return path
+        local = os.path.join(scratch_dir, uuid.uuid4().hex + "-" + os.path.basename(ref.path))
+        self.download(ref, local)
+        return local
+
+    # ---- deletes ---------------------------------------------------------------------------
+
+    def delete_file(self, rel: str) -> None:
+        self._delete_quietly(self.full_path(rel))
+
+    def delete_dir(self, rel: str) -> None:
+        try:
+            self.fs.delete_dir(self.full_path(rel))
+        except (FileNotFoundError, OSError):
+            pass
+
+    def _delete_quietly(self, full: str) -> None:
+        try:
+            self.fs.delete_file(full)
+        except (FileNotFoundError, OSError):
+            pass
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def as_storage(target: "CheckpointStorage | str | os.PathLike") -> CheckpointStorage:
+    return target if isinstance(target, CheckpointStorage) else CheckpointStorage(target)
