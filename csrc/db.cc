@@ -266,6 +266,15 @@ ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, i
   return spec;
 }
 
+uint64_t StateDB::EstimateNumKeys() const {
+  uint64_t total = 0;
+  for (auto* h : handles_) {
+    uint64_t n = 0;
+    if (db_->GetIntProperty(h, "rocksdb.estimate-num-keys", &n)) total += n;
+  }
+  return total;
+}
+
 std::string PrefixSuccessor(const std::string& prefix) {
   std::string s = prefix;
   while (!s.empty()) {

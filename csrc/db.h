@@ -101,6 +101,8 @@ class StateDB {
                         uint64_t* count);
   rocksdb::Status Flush();
   rocksdb::Status CompactAll();
+  // RocksDB's estimate of live keys over all column families (no scan).
+  uint64_t EstimateNumKeys() const;
   const rocksdb::WriteOptions& write_options() const { return write_options_; }
 
  private:

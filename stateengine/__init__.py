@@ -20,15 +20,21 @@ from .errors import (BackendClosedError, CheckpointNotFoundError, CorruptionErro
                      KeyTypeError, NoCurrentKeyError, NullElementError, SerializationError,
                      StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
 from .functions import AggregateFunction
+from .checkpoint.storage import CheckpointStorage
 from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
                         operator_for_key_group, spark_hash)
+from .operator_state import OperatorListState, OperatorStateBackend
 from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
                     ValueState)
+from .store import StateStore, StateStoreProvider, StoreState
+from .timers import Timer, TimerService
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "BackendClosedError",
+    "AggregateFunction", "AggregatingState", "CheckpointStorage", "OperatorListState",
+    "OperatorStateBackend", "StateStore", "StateStoreProvider", "StoreState", "Timer",
+    "TimerService", "AggregatingStateDescriptor", "BackendClosedError",
     "CheckpointNotFoundError", "CorruptionError", "IllegalStoreStateError",
     "IncompatibleStateError", "KeyGroupOutOfRangeError", "KeyGroupRange", "KeyTypeError",
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",

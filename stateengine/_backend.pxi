@@ -4,6 +4,7 @@
 
 cdef object _NoCurrentKeyError = errors.NoCurrentKeyError
 cdef object _KeyGroupOutOfRangeError = errors.KeyGroupOutOfRangeError
+cdef object _IllegalStoreStateError = errors.IllegalStoreStateError
 
 cdef enum:
     SCAN_CHUNK = 1024
@@ -45,6 +46,7 @@ cdef class NativeBackend:
     cdef string _keybuf
     cdef object _current_key
     cdef tuple _key_codecs
+    cdef object _sealed  # None, or why writes are refused (a committed/aborted StateStore)
 
     def __cinit__(self):
         self._closed = True
@@ -88,6 +90,25 @@ cdef class NativeBackend:
             raise _BackendClosedError(
                 "the backend is closed; open a new KeyedStateBackend (or restore one) to use state")
         return 0
+
+    cdef inline int check_writable(self) except -1:
+        if self._sealed is not None:
+            raise _IllegalStoreStateError(self._sealed)
+        return 0
+
+    def _seal(self, str reason):
+        """Refuses every later write with IllegalStoreStateError(reason); reads still work."""
+        self._sealed = reason
+
+    def _unseal(self):
+        self._sealed = None
+
+    def _native_estimate_keys(self) -> int:
+        cdef uint64_t n = 0
+        self._check_open()
+        with nogil:
+            n = self._db.get().EstimateNumKeys()
+        return n
 
     cdef inline int check_key(self) except -1:
         if self._closed:

@@ -158,6 +158,7 @@ def timer_put(NativeBackend backend, int cf, int64_t timestamp, namespace, bint 
     cdef CStatus st
     cdef CStateDB* db
     backend.check_key()
+    backend.check_writable()
     encode_value(kAny, namespace, &ns)
     backend._builder.get().BuildTimerKey(timestamp, ns, True, &key)
     db = backend._db.get()

@@ -86,6 +86,7 @@ cdef class NativeState:
     cdef int _put(self, const string* key, const string* value) except -1:
         cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
+        self._backend.check_writable()
         with nogil:
             st = db.Put(self._cf, CSlice(key.data(), key.size()), CSlice(value.data(), value.size()))
         return check_status(st)
@@ -93,6 +94,7 @@ cdef class NativeState:
     cdef int _merge(self, const string* key, const string* value) except -1:
         cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
+        self._backend.check_writable()
         with nogil:
             st = db.Merge(self._cf, CSlice(key.data(), key.size()), CSlice(value.data(), value.size()))
         return check_status(st)
@@ -100,6 +102,7 @@ cdef class NativeState:
     cdef int _delete(self, const string* key) except -1:
         cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
+        self._backend.check_writable()
         with nogil:
             st = db.Delete(self._cf, CSlice(key.data(), key.size()))
         return check_status(st)
@@ -412,6 +415,7 @@ cdef class NativeMapState(NativeState):
             vals.push_back(v)
         if keys.empty():
             return
+        self._backend.check_writable()
         db = self._backend._db.get()
         with nogil:
             st = db.PutMany(self._cf, keys, vals)
@@ -428,6 +432,7 @@ cdef class NativeMapState(NativeState):
         cdef CStatus st
         cdef string prefix = self._key()[0]
         cdef CStateDB* db = self._backend._db.get()
+        self._backend.check_writable()
         with nogil:
             st = db.DeletePrefix(self._cf, prefix)
         check_status(st)

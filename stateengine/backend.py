@@ -264,13 +264,14 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
                    private_dir: str | None = None, manifest_path: str | None = None,
-                   shared_dir: str = "shared") -> AsyncSnapshot[IncrementalHandle]:
+                   shared_dir: str = "shared",
+                   extra: dict | None = None) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
-        ``chk-<id>``); the handle is published to ``manifest_path`` if given."""
+        ``chk-<id>``); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
         private = private_dir or f"chk-{checkpoint_id}"
         return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
-                                             manifest_path, shared_dir)
+                                             manifest_path, shared_dir, extra)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms checkpoint ``checkpoint_id`` (see IncrementalCheckpointer)."""

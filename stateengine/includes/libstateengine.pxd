@@ -159,6 +159,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus Count(int, const string&, const string&, uint64_t*)
         CStatus Flush()
         CStatus CompactAll()
+        uint64_t EstimateNumKeys()
 
     string CPrefixSuccessor "stateengine::PrefixSuccessor"(const string&)
 

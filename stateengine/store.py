@@ -1,0 +1,223 @@
+"""Versioned state stores: Spark's state-store discipline over incremental checkpoints.
+
+``StateStoreProvider`` owns the state of one (checkpoint, operator, partition of N). Its
+``get_store(version)`` returns a ``StateStore`` in UPDATING; ``commit()`` publishes version + 1
+and moves to COMMITTED; ``abort()`` moves to ABORTED and throws the changes away; writes after
+either raise ``IllegalStoreStateError`` ("Cannot put after already committed or aborted").
+
+The backend stays open between versions: loading the version the provider just committed
+reuses it; any other version (a retry, a replay, another partition count) is restored from
+the checkpoint directory, at any number of partitions. A retried commit of an existing version
+is atomic: readers see the earlier manifest or the new one, both complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from enum import Enum
+from typing import Any, Sequence
+
+from .backend import KeyedStateBackend
+from .checkpoint.storage import CheckpointStorage, as_storage
+from .checkpoint.versions import VersionCatalog
+from .descriptors import StateDescriptor
+from .errors import IllegalStoreStateError
+from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+
+
+class StoreState(str, Enum):
+    UPDATING = "UPDATING"
+    COMMITTED = "COMMITTED"
+    ABORTED = "ABORTED"
+
+
+def default_local_dir() -> str:
+    return os.environ.get("STATEENGINE_LOCAL_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                   "stateengine")
+
+
+class StateStoreProvider:
+    """Versioned keyed state of partition ``partition_id`` of ``num_partitions``.
+
+    The partition owns ``KeyGroupRange.for_operator(partition_id, num_partitions,
+    max_parallelism)``. ``min_versions_to_retain`` newest versions stay restorable; partition 0
+    prunes older ones (and the shared files only they used) after each commit.
+    """
+
+    def __init__(self, checkpoint: CheckpointStorage | str | os.PathLike, operator_id: str,
+                 partition_id: int, num_partitions: int,
+                 max_parallelism: int = DEFAULT_MAX_PARALLELISM, key_type: Any = None,
+                 descriptors: Sequence[StateDescriptor] = (), local_dir: str | None = None,
+                 min_versions_to_retain: int = 10) -> None:
+        if min_versions_to_retain < 1:
+            raise ValueError("min_versions_to_retain must be at least 1")
+        self.storage = as_storage(checkpoint)
+        self.catalog = VersionCatalog(self.storage, operator_id)
+        self.operator_id = operator_id
+        self.partition_id = partition_id
+        self.num_partitions = num_partitions
+        self.max_parallelism = max_parallelism
+        self.key_group_range = KeyGroupRange.for_operator(partition_id, num_partitions,
+                                                          max_parallelism)
+        self.key_type = key_type
+        self.descriptors = list(descriptors)
+        self.min_versions_to_retain = min_versions_to_retain
+        self._local_root = local_dir or default_local_dir()
+        self._backend: KeyedStateBackend | None = None
+        self._backend_version: int | None = None  # version the open backend holds, if clean
+        self.last_load: dict[str, Any] = {}
+        self.catalog.check_properties(max_parallelism)
+
+    def __repr__(self) -> str:
+        return (f"StateStoreProvider({self.storage.uri!r}, op={self.operator_id!r}, "
+                f"part={self.partition_id}/{self.num_partitions})")
+
+    def latest_version(self) -> int:
+        """The newest version readable for this partition's key groups (0 if none)."""
+        return self.catalog.latest_version(self.key_group_range)
+
+    def get_store(self, version: int) -> "StateStore":
+        """A store holding ``version`` (0 is the empty state), ready for updates."""
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be an int >= 0, got {version!r}")
+        started = time.perf_counter()
+        reused = self._backend is not None and self._backend_version == version
+        if not reused:
+            self._drop_backend()
+            self._backend = self._load(version)
+        self._backend_version = None  # dirty until committed
+        self._backend._unseal()
+        self.last_load = {"version": version, "reused": reused,
+                          "seconds": time.perf_counter() - started}
+        return StateStore(self, version, self._backend)
+
+    def _load(self, version: int) -> KeyedStateBackend:
+        os.makedirs(self._local_root, exist_ok=True)
+        path = os.path.join(self._local_root, f"{self.operator_id}-p{self.partition_id}-of-"
+                                              f"{self.num_partitions}-{uuid.uuid4().hex[:12]}")
+        if version == 0:
+            backend = KeyedStateBackend(path, self.max_parallelism, self.key_group_range,
+                                        self.key_type)
+            for d in self.descriptors:
+                backend.get_state(d)
+        else:
+            handles = self.catalog.handles_for(version, self.key_group_range)
+            backend = KeyedStateBackend.restore(
+                path, handles, self.key_group_range, self.max_parallelism, self.key_type,
+                self.descriptors, self.partition_id, self.num_partitions)
+        backend.operator_state.operator_index = self.partition_id
+        backend.operator_state.parallelism = self.num_partitions
+        return backend
+
+    def _drop_backend(self) -> None:
+        if self._backend is not None:
+            path = self._backend.path
+            try:
+                self._backend.dispose()
+            finally:
+                shutil.rmtree(path, ignore_errors=True)
+        self._backend = None
+        self._backend_version = None
+
+    def close(self) -> None:
+        """Disposes the local backend; committed versions stay in the checkpoint directory."""
+        self._drop_backend()
+
+    def __enter__(self) -> "StateStoreProvider":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class StateStore:
+    """One version of a partition's state being updated (Spark's StateStore)."""
+
+    def __init__(self, provider: StateStoreProvider, version: int,
+                 backend: KeyedStateBackend) -> None:
+        self._provider = provider
+        self.version = version
+        self._backend = backend
+        self.state = StoreState.UPDATING
+        self.metrics: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        p = self._provider
+        return (f"StateStore[op={p.operator_id}, part={p.partition_id}/{p.num_partitions}, "
+                f"version={self.version}, {self.state.value}]")
+
+    @property
+    def backend(self) -> KeyedStateBackend:
+        return self._backend
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        return self._backend.get_state(descriptor)
+
+    @property
+    def has_committed(self) -> bool:
+        return self.state is StoreState.COMMITTED
+
+    def _refuse(self, action: str) -> None:
+        raise IllegalStoreStateError(
+            f"Cannot {action} after already committed or aborted ({self}); load a store with "
+            f"get_store(version) to make new changes")
+
+    def commit(self) -> int:
+        """Publishes this store's state as version + 1 and returns that version."""
+        if self.state is not StoreState.UPDATING:
+            self._refuse("commit")
+        p = self._provider
+        new_version = self.version + 1
+        started = time.perf_counter()
+        attempt = uuid.uuid4().hex[:12]
+        try:
+            handle = self._backend.checkpoint(
+                new_version, p.storage,
+                private_dir=p.catalog.private_dir(new_version, p.partition_id, p.num_partitions, attempt),
+                manifest_path=p.catalog.manifest_path(new_version, p.partition_id, p.num_partitions),
+                shared_dir=p.catalog.shared_dir,
+                extra={"created_at": int(time.time() * 1000), "version": new_version,
+                       "partition": p.partition_id, "num_partitions": p.num_partitions,
+                       "operator": p.operator_id},
+            ).result()
+        except BaseException:
+            self._abort_backend()
+            raise
+        self._backend.notify_checkpoint_complete(new_version)
+        p.catalog.write_properties(p.max_parallelism, handle.key_codecs)
+        self.state = StoreState.COMMITTED
+        self._backend._seal(f"Cannot put after already committed or aborted ({self})")
+        p._backend_version = new_version
+        pruned = {"versions": 0, "files": 0}
+        if p.partition_id == 0:
+            pruned = p.catalog.prune(new_version, p.min_versions_to_retain)
+        self.metrics = {
+            "version": new_version,
+            "keys": self._backend._native_estimate_keys(),
+            "bytes": handle.stats["bytes_total"],
+            "files_uploaded": handle.stats["files_uploaded"],
+            "files_reused": handle.stats["files_reused"],
+            "bytes_uploaded": handle.stats["bytes_uploaded"],
+            "commit_seconds": time.perf_counter() - started,
+            "versions_pruned": pruned["versions"],
+            "files_deleted": pruned["files"],
+            "load_reused_backend": p.last_load.get("reused", False),
+            "load_seconds": p.last_load.get("seconds", 0.0),
+        }
+        return new_version
+
+    def abort(self) -> None:
+        """Throws away this store's changes. Aborting a committed store changes nothing."""
+        if self.state is not StoreState.UPDATING:
+            return
+        self._abort_backend()
+
+    def _abort_backend(self) -> None:
+        self.state = StoreState.ABORTED
+        if not self._backend.closed:
+            self._backend._seal(f"Cannot put after already committed or aborted ({self})")
+        self._provider._backend_version = None  # the next load restores a clean copy
