@@ -205,3 +205,16 @@ def timer_next_timestamp(NativeBackend backend, int cf):
                                  backend._kg_end, &found, &ts)
     check_status(st)
     return ts if found else None
+
+
+# ---- decoding stored values for state readers --------------------------------------------
+
+def decode_stored_value(str kind, int codec, bytes data):
+    """The Python value of a stored RocksDB value of a state of the given kind."""
+    cdef const char* p = PyBytes_AS_STRING(data)
+    cdef size_t n = <size_t>PyBytes_GET_SIZE(data)
+    if kind == "list":
+        return decode_list(<CCodec>codec, p, n)
+    if kind == "map" or kind == "sorted_map":
+        return _decode_map_value(<CCodec>codec, p, n)
+    return decode_whole(<CCodec>codec, p, n)

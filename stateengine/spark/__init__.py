@@ -1,0 +1,23 @@
+"""stateengine inside Spark: route rows to the partition owning their key group and run
+stateful pandas functions there, batch after batch (needs pyspark >= 4.1)."""
+
+from .apply import apply_with_state, map_with_state
+from .context import BatchContext, GroupContext
+from .routing import route, with_routing_columns
+from .runtime import drop_cached
+from .state_io import bootstrap_state, read_state
+
+__all__ = ["BatchContext", "GroupContext", "apply_with_state", "bootstrap_state", "drop_cached",
+           "map_with_state", "mark_batch_committed", "read_state", "route", "with_routing_columns"]
+
+
+def mark_batch_committed(checkpoint: str, batch_id: int, num_partitions: int,
+                         operator_id: str = "default") -> None:
+    """Driver side, after a batch's output was written: records that all partitions committed
+    version ``batch_id + 1`` (optional; it settles which partition count a version used if a
+    batch was ever re-run with another one)."""
+    from ..checkpoint.storage import CheckpointStorage
+    from ..checkpoint.versions import VersionCatalog
+
+    VersionCatalog(CheckpointStorage(checkpoint), operator_id).mark_committed(batch_id + 1,
+                                                                            num_partitions)

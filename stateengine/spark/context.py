@@ -1,0 +1,57 @@
+"""What user functions receive next to their data: state handles, timers, batch facts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..timers import TimerService
+from .runtime import TaskState
+
+
+class _BaseContext:
+    def __init__(self, task: TaskState) -> None:
+        self._task = task
+        cfg = task.cfg
+        self.batch_id: int = cfg.batch_id
+        self.partition_id: int = task.partition_id
+        self.num_partitions: int = cfg.num_partitions
+        self.watermark: int | None = cfg.watermark
+        self.processing_time: int | None = cfg.processing_time
+
+    def state(self, name: str) -> Any:
+        """The handle of the state registered under name (see the ``states`` argument)."""
+        try:
+            return self._task.handles[name]
+        except KeyError:
+            known = ", ".join(sorted(self._task.handles)) or "none"
+            from ..errors import UnknownStateError
+
+            raise UnknownStateError(f"no state named '{name}' was declared for this job "
+                                    f"(declared: {known}); add its descriptor to states=[...]") from None
+
+    __getitem__ = state
+
+    @property
+    def operator_state(self) -> Any:
+        """Operator (per-partition, non-keyed) list states; see stateengine.operator_state."""
+        return self._task.backend.operator_state
+
+    @property
+    def backend(self) -> Any:
+        return self._task.backend
+
+
+class GroupContext(_BaseContext):
+    """Context of ``apply_with_state`` functions: the handles are bound to ``key``."""
+
+    key: Any = None
+
+    @property
+    def timers(self) -> TimerService:
+        """Timers of the current key: register_event_time_timer(ts, namespace=None), ..."""
+        return self._task.backend.timer_service
+
+
+class BatchContext(_BaseContext):
+    """Context of ``map_with_state`` functions: use the handles' batch operations
+    (get_many, put_many, add_many), which take key arrays and need no current key."""

@@ -1,0 +1,136 @@
+"""Worker-side lifecycle of keyed state inside Spark tasks.
+
+Each task of a batch loads version ``batch_id`` of its partition, runs the user's code and
+commits version ``batch_id + 1``. Providers (and their open RocksDB instances) are cached per
+Python worker process, so a partition that continues on the same worker at the expected
+version needs no restore; any other case restores from the checkpoint directory. A task that
+fails aborts its store; a re-executed task or a replayed batch loads the same version again and
+produces the same committed state.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from .. import _native
+from ..descriptors import StateDescriptor
+from ..store import StateStore, StateStoreProvider
+
+_MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
+_cache: "OrderedDict[tuple, StateStoreProvider]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+@dataclass
+class TaskConfig:
+    """Everything a task needs; pickled into the Spark closure."""
+
+    checkpoint: str
+    operator_id: str
+    num_partitions: int
+    max_parallelism: int
+    key_cols: list[str]
+    key_codecs: tuple[int, ...]
+    descriptors: Sequence[StateDescriptor]
+    batch_id: int
+    watermark: int | None = None
+    processing_time: int | None = None
+    min_versions_to_retain: int = 10
+    local_dir: str | None = None
+    memory_budget_mb: int | None = None
+    output_cols: list[str] = field(default_factory=list)
+
+    @property
+    def key_type(self) -> Any:
+        return self.key_codecs if len(self.key_codecs) > 1 else self.key_codecs[0]
+
+    @property
+    def key_is_tuple(self) -> bool:
+        return len(self.key_codecs) > 1
+
+
+def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
+    """The cached provider of this partition in this worker process (created on first use)."""
+    from ..serializers import Codec
+
+    ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
+             cfg.max_parallelism)
+    with _cache_lock:
+        provider = _cache.get(ident)
+        if provider is not None:
+            _cache.move_to_end(ident)
+            return provider
+    key_type = tuple(Codec(c) for c in cfg.key_codecs) if cfg.key_is_tuple else Codec(cfg.key_codecs[0])
+    provider = StateStoreProvider(
+        cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions, cfg.max_parallelism,
+        key_type=key_type, descriptors=cfg.descriptors, local_dir=cfg.local_dir,
+        min_versions_to_retain=cfg.min_versions_to_retain)
+    evicted = []
+    with _cache_lock:
+        _cache[ident] = provider
+        while len(_cache) > _MAX_CACHED:
+            evicted.append(_cache.popitem(last=False)[1])
+    for old in evicted:
+        old.close()
+    return provider
+
+
+def drop_cached(checkpoint: str | None = None) -> None:
+    """Closes cached providers (all, or those of one checkpoint directory)."""
+    with _cache_lock:
+        doomed = [k for k in _cache if checkpoint is None or k[0] == checkpoint]
+        providers = [_cache.pop(k) for k in doomed]
+    for p in providers:
+        p.close()
+
+
+def current_partition() -> tuple[int, int]:
+    """(partition id, attempt number) of the running Spark task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("stateengine.spark task code must run inside a Spark task")
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+class TaskState:
+    """The store of one task: load at start, commit or abort at the end."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        if cfg.memory_budget_mb:
+            _native.configure_memory(cfg.memory_budget_mb << 20)
+        self.cfg = cfg
+        self.partition_id, self.attempt = current_partition()
+        self.provider = provider_for(cfg, self.partition_id)
+        try:
+            self.store: StateStore = self.provider.get_store(cfg.batch_id)
+        except BaseException:
+            drop_cached(cfg.checkpoint)  # a failed restore leaves nothing half-open behind
+            raise
+        self.backend = self.store.backend
+        self.handles = {d.name: self.backend.get_state(d) for d in cfg.descriptors}
+
+    def commit(self) -> int:
+        return self.store.commit()
+
+    def abort(self) -> None:
+        self.store.abort()
+
+
+def guarded(cfg: TaskConfig, body: Any) -> Iterator[Any]:
+    """Runs body(task) (a generator of outputs), committing after the last output and
+    aborting if anything fails."""
+    task = TaskState(cfg)
+    committed = False
+    try:
+        yield from body(task)
+        task.commit()
+        committed = True
+    finally:
+        if not committed:
+            task.abort()
