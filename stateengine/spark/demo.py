@@ -1,0 +1,219 @@
+"""The main job: a Structured Streaming query with keyed state, timers and checkpoints.
+
+A ``rate`` source produces purchase events for many users; users are active in bursts. For
+every micro-batch, ``foreachBatch`` runs ``apply_with_state`` which keeps, per user, running
+totals (ValueState, native ReducingState SUM) and the open session (ValueState); an event-time
+timer closes a session once the watermark passes its last event plus the gap, and the closed
+session is emitted. Outputs go to Parquet, one directory per batch (rewritten if a batch is
+replayed). Stop it and start it again with the same ``--checkpoint``: the query resumes from
+its offsets and the state from the last committed version.
+
+    python -m stateengine.spark.demo --batches 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from .. import ReducingStateDescriptor, ValueStateDescriptor, reducers
+
+OUTPUT_SCHEMA = ("kind string, user long, events long, amount double, "
+                 "session_start long, session_end long, session_events long")
+
+STATES = [
+    ValueStateDescriptor("events", value_type=int, default=0),
+    ReducingStateDescriptor("amount", reducers.SUM, value_type=float),
+    ValueStateDescriptor("session"),  # (start ms, last event ms, events) of the open session
+]
+
+
+def make_functions(gap_ms: int):
+    """The per-key function and the timer callback (closures over the session gap)."""
+
+    def on_events(user: int, rows: Any, ctx: Any) -> list[tuple]:
+        events = ctx.state("events")
+        amount = ctx.state("amount")
+        session = ctx.state("session")
+        times = rows["event_ms"].to_numpy()
+        events.update(events.value() + len(rows))
+        amount.add(float(rows["amount"].sum()))
+        start, last, n = session.value() or (int(times.min()), int(times.min()), 0)
+        if n:
+            ctx.timers.delete_event_time_timer(last + gap_ms)
+        last = max(last, int(times.max()))
+        session.update((start, last, n + len(rows)))
+        ctx.timers.register_event_time_timer(last + gap_ms)
+        return [("update", user, events.value(), round(amount.get(), 2), None, None, None)]
+
+    def on_timer(user: int, timer: Any, ctx: Any) -> list[tuple]:
+        session = ctx.state("session")
+        start, last, n = session.value()
+        session.clear()
+        return [("session", user, None, None, start, last, n)]
+
+    return on_events, on_timer
+
+
+class StopDemo(Exception):
+    """Raised by foreachBatch to end the query after the requested number of batches."""
+
+
+class Progress:
+    """One line per batch, plus the resume point."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.rows = 0
+
+    def line(self, batch_id: int, rows: int, seconds: float, updates: int, closed: int,
+             watermark: int | None, partitions: int) -> None:
+        self.rows += rows
+        rate = rows / seconds if seconds > 0 else 0.0
+        wm = "-" if watermark is None else time.strftime("%H:%M:%S", time.localtime(watermark / 1000))
+        print(f"batch {batch_id:>4} | {rows:>7} rows | {rate:>9,.0f} rows/s | {updates:>6} users "
+              f"updated | {closed:>5} sessions closed | watermark {wm} | {partitions} partitions "
+              f"| {seconds:5.2f}s", flush=True)
+
+
+def _watermark_file(checkpoint: str, batch_id: int) -> str:
+    return os.path.join(checkpoint, "watermarks", f"{batch_id}.json")
+
+
+def _load_watermark(checkpoint: str, batch_id: int) -> int | None:
+    """The event-time high mark after batch_id - 1 (None before any data)."""
+    folder = os.path.join(checkpoint, "watermarks")
+    if not os.path.isdir(folder):
+        return None
+    done = sorted(int(f[:-5]) for f in os.listdir(folder) if f.endswith(".json"))
+    earlier = [b for b in done if b < batch_id]
+    if not earlier:
+        return None
+    with open(_watermark_file(checkpoint, earlier[-1])) as f:
+        return json.load(f)["max_event_ms"]
+
+
+def _save_watermark(checkpoint: str, batch_id: int, max_event_ms: int | None) -> None:
+    os.makedirs(os.path.join(checkpoint, "watermarks"), exist_ok=True)
+    tmp = _watermark_file(checkpoint, batch_id) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"max_event_ms": max_event_ms}, f)
+    os.replace(tmp, _watermark_file(checkpoint, batch_id))
+
+
+def _quiet_intentional_stop(spark: Any) -> None:
+    """The query ends by raising StopDemo; Spark would log that as an error with a stack trace.
+    Real failures still reach us through awaitTermination."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.OFF
+    for name in ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+                 "org.apache.spark.sql.execution.streaming.MicroBatchExecution"):
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from . import apply_with_state, mark_batch_committed, read_state
+
+    checkpoint = os.path.abspath(args.checkpoint)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, never a public address
+    spark = (SparkSession.builder.master(args.master).appName("stateengine-demo")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", str(args.partitions))
+             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    _quiet_intentional_stop(spark)
+    on_events, on_timer = make_functions(args.gap_ms)
+    progress = Progress()
+    processed = []
+
+    events = (spark.readStream.format("rate").option("rowsPerSecond", args.rows_per_second).load()
+              .withColumn("event_ms", (F.col("timestamp").cast("double") * 1000).cast("long"))
+              .withColumn("user", (F.col("value") * 40503 % args.users).cast("long"))
+              # users are active in bursts: 6 s on, 12 s off, shifted per user
+              .where(((F.col("event_ms") / 6000).cast("long") + F.col("user")) % 3 == 0)
+              .withColumn("amount", (F.col("value") * 7919 % 1000) / 10.0)
+              .select("user", "event_ms", "amount"))
+
+    def per_batch(batch_df: Any, batch_id: int) -> None:
+        if len(processed) >= args.batches:
+            # Ends the query before this batch touches any state; Spark has not committed the
+            # batch, so the next run replays it: nothing is lost or counted twice.
+            raise StopDemo(f"stopping before batch {batch_id} after {args.batches} batches")
+        t0 = time.time()
+        batch_df = batch_df.persist()
+        stats = batch_df.agg(F.count("*").alias("n"), F.max("event_ms").alias("mx")).first()
+        previous = _load_watermark(checkpoint, batch_id)
+        high = max(x for x in (previous, stats["mx"]) if x is not None) if (
+            previous is not None or stats["mx"] is not None) else None
+        watermark = None if high is None else high - args.lateness_ms
+        out = apply_with_state(
+            batch_df, "user", on_events, OUTPUT_SCHEMA, STATES,
+            checkpoint=os.path.join(checkpoint, "state"), batch_id=batch_id,
+            num_partitions=args.partitions, on_timer=on_timer, watermark=watermark,
+            operator_id="sessions")
+        target = os.path.join(checkpoint, "output", f"batch={batch_id}")
+        out.write.mode("overwrite").parquet(target)
+        written = spark.read.parquet(target).groupBy("kind").count().collect()
+        counts = {r["kind"]: r["count"] for r in written}
+        mark_batch_committed(os.path.join(checkpoint, "state"), batch_id, args.partitions,
+                             "sessions")
+        _save_watermark(checkpoint, batch_id, high)
+        batch_df.unpersist()
+        progress.line(batch_id, stats["n"], time.time() - t0, counts.get("update", 0),
+                      counts.get("session", 0), watermark, args.partitions)
+        processed.append(batch_id)
+
+    query = (events.writeStream.foreachBatch(per_batch)
+             .option("checkpointLocation", os.path.join(checkpoint, "stream"))
+             .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
+    print(f"stateengine demo: {args.rows_per_second} events/s over {args.users} users, "
+          f"{args.partitions} partitions, checkpoint {checkpoint}", flush=True)
+    try:
+        query.awaitTermination()
+    except Exception as e:  # StreamingQueryException wrapping StopDemo, or a real failure
+        if "StopDemo" not in str(e):
+            print(f"query failed: {e}", file=sys.stderr)
+            return 1
+    finally:
+        query.stop()
+    sessions = spark.read.parquet(os.path.join(checkpoint, "output")).where("kind = 'session'")
+    top = (read_state(spark, os.path.join(checkpoint, "state"), "events", operator_id="sessions",
+                      key_names=["user"])
+           .orderBy(F.col("value").desc()).limit(3).collect())
+    print(f"done: {len(processed)} batches this run (batch ids {processed[0] if processed else '-'}"
+          f"..{processed[-1] if processed else '-'}), {progress.rows} rows in "
+          f"{time.time() - progress.started:.1f}s; {sessions.count()} sessions closed so far; "
+          f"busiest users: " + ", ".join(f"{r['user']} ({r['value']} events)" for r in top),
+          flush=True)
+    print(f"run the same command again to resume from batch {processed[-1] + 1 if processed else 0}")
+    spark.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default="demo-checkpoint", help="checkpoint directory")
+    p.add_argument("--batches", type=int, default=8, help="micro-batches to run before stopping")
+    p.add_argument("--rows-per-second", type=int, default=20000)
+    p.add_argument("--users", type=int, default=5000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--gap-ms", type=int, default=3000, help="session gap")
+    p.add_argument("--lateness-ms", type=int, default=1000, help="watermark delay")
+    p.add_argument("--trigger-ms", type=int, default=2000)
+    p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[*]"))
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
