@@ -17,6 +17,8 @@ class _BaseContext:
         self.num_partitions: int = cfg.num_partitions
         self.watermark: int | None = cfg.watermark
         self.processing_time: int | None = cfg.processing_time
+        # Whether this task continued the backend its worker kept open (no restore needed).
+        self.reused_backend: bool = bool(task.provider.last_load.get("reused", False))
 
     def state(self, name: str) -> Any:
         """The handle of the state registered under name (see the ``states`` argument)."""

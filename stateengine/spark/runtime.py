@@ -101,11 +101,11 @@ def current_partition() -> tuple[int, int]:
 class TaskState:
     """The store of one task: load at start, commit or abort at the end."""
 
-    def __init__(self, cfg: TaskConfig) -> None:
+    def __init__(self, cfg: TaskConfig, partition: tuple[int, int] | None = None) -> None:
         if cfg.memory_budget_mb:
             _native.configure_memory(cfg.memory_budget_mb << 20)
         self.cfg = cfg
-        self.partition_id, self.attempt = current_partition()
+        self.partition_id, self.attempt = partition or current_partition()
         self.provider = provider_for(cfg, self.partition_id)
         try:
             self.store: StateStore = self.provider.get_store(cfg.batch_id)
