@@ -76,7 +76,7 @@ def _extension() -> Extension:
         library_dirs=flags["library_dirs"],
         libraries=flags["libraries"],
         language="c++",
-        extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
+        extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden",
                             "-Wno-unused-function", *flags["extra_compile_args"]],
         extra_link_args=flags["extra_link_args"],
     )
