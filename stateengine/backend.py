@@ -122,6 +122,7 @@ class KeyedStateBackend(_native.NativeBackend):
         if not isinstance(descriptor, StateDescriptor):
             raise TypeError(f"get_state takes a state descriptor (ValueStateDescriptor, ...), "
                             f"got {type(descriptor).__name__}")
+        self._ensure_open()  # a cached handle must not hide that the backend is closed
         name = descriptor.name
         want = descriptor.meta()
         have = self._metas.get(name) or self._restored_metas.get(name)
@@ -170,6 +171,7 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def get_keys(self, state_name: str, namespace: Any = None) -> Iterator[Any]:
         """Every key with an entry of ``state_name`` in ``namespace``, each once."""
+        self._ensure_open()  # raise now, not at the first next() of the lazy iterator
         cf = self._cf_of(state_name)
         meta = self.state_meta(state_name)
         ns = _native.encode_for_codec(meta["namespace_codec"], namespace)
