@@ -70,7 +70,8 @@ class KeyedStateBackend(_native.NativeBackend):
                key_group_range: KeyGroupRange | None, key_type: Any,
                cf_metas: list[dict], require_empty: bool = True) -> None:
         self._max_parallelism = check_max_parallelism(max_parallelism)
-        kgr = key_group_range or KeyGroupRange.all(max_parallelism)
+        # `is None`, not `or`: an empty range has len() 0 and must stay empty, not become all
+        kgr = KeyGroupRange.all(max_parallelism) if key_group_range is None else key_group_range
         if not isinstance(kgr, KeyGroupRange):
             raise TypeError(f"key_group_range must be a KeyGroupRange, got {kgr!r}")
         if not kgr.is_empty() and kgr.end >= max_parallelism:
