@@ -140,3 +140,12 @@ def test_backend_routes_keys_by_assign_key_group(make_backend):
             else:
                 with pytest.raises(ValueError):
                     b.set_current_key(key)
+
+
+def test_backend_with_an_empty_range_owns_no_key_group(make_backend):
+    # an empty range (e.g. an empty intersection while rescaling) must not mean "all groups"
+    backend = make_backend(key_group_range=KeyGroupRange(5, 4))
+    assert backend.key_group_range.is_empty()
+    for key in ["a", "b", 1, 2, 3]:
+        with pytest.raises(ValueError, match="outside this backend's range"):
+            backend.set_current_key(key)
