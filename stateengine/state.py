@@ -10,16 +10,26 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from . import _native
+from .errors import SerializationError
+from .serializers import Codec
+
+
+def _namespace_bytes(state: Any, namespace: Any) -> bytes:
+    codec = state.descriptor.namespace_codec
+    if codec == Codec.VOID and namespace is not None:
+        raise SerializationError(
+            f"state '{state.name}' was declared without namespaces; pass namespace_type=object "
+            f"to its descriptor to use namespace {namespace!r:.60}")
+    return _native.encode_for_codec(int(codec), namespace)
 
 
 def _distinct_sources(state: Any, target: Any, sources: Iterable[Any]) -> list[Any]:
     """Sources other than target, each once. Namespaces are told apart by their encodings,
     not by ==: 1, 1.0 and True are equal in Python but are three namespaces."""
-    codec = state.descriptor.namespace_codec
-    seen = {_native.encode_for_codec(codec, target)}
+    seen = {_namespace_bytes(state, target)}
     distinct: list[Any] = []
     for ns in sources:
-        encoded = _native.encode_for_codec(codec, ns)
+        encoded = _namespace_bytes(state, ns)
         if encoded not in seen:
             seen.add(encoded)
             distinct.append(ns)
