@@ -339,6 +339,15 @@ def test_unencodable_namespace_keeps_the_current_namespace(populated):
     assert raw_state(backend) == before
 
 
+def test_merging_namespaces_of_a_state_without_namespaces(populated):
+    backend, s, before = populated
+    with pytest.raises(SerializationError, match="declared without namespaces.*namespace_type="):
+        s["la"].merge_namespaces(None, [1])
+    with pytest.raises(SerializationError, match="declared without namespaces.*namespace_type="):
+        s["r"].merge_namespaces("w", [None])
+    assert raw_state(backend) == before
+
+
 # ---- close ----------------------------------------------------------------------------------
 
 def test_use_after_close_is_refused(populated):
