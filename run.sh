@@ -14,7 +14,7 @@ log() { printf '[run.sh] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -63,7 +63,7 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # Spark n
 if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
 fi
-PYTHON3="$(command -v python3)"
+PYTHON3="$(command -v python3)" || die "python3 is still missing after installing it"
 
 # ---- virtualenv -----------------------------------------------------------------------------
 VENV="$ROOT/.venv"
@@ -81,6 +81,7 @@ else
     log "warning: cannot create a virtualenv; installing into $PYTHON3 itself"
     PY="$PYTHON3"
     export PIP_BREAK_SYSTEM_PACKAGES=1  # Debian marks its interpreter externally managed
+    "$PY" -m pip --version >/dev/null 2>&1 || apt_install python3-pip
 fi
 log "python: $PY ($("$PY" --version 2>&1))"
 
