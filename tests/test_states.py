@@ -608,6 +608,24 @@ def test_backend_key_type(make_backend, key_type, keys):
         assert v.value() == i
 
 
+@pytest.mark.parametrize("numpy_key,python_key", [
+    (np.str_("alice"), "alice"), (np.int64(-5), -5), (np.float64(2.5), 2.5),
+    (np.bytes_(b"ab"), b"ab"), (np.bool_(True), True),
+])
+def test_numpy_scalar_keys_are_their_python_values(make_backend, numpy_key, python_key):
+    # e.g. keys taken from numpy arrays or np.unique: same Spark type, same key, same state
+    assert assign_key_group(numpy_key, 32768) == assign_key_group(python_key, 32768)
+    backend = make_backend(max_parallelism=32768)
+    v = backend.get_state(ValueStateDescriptor("v"))
+    backend.set_current_key(numpy_key)
+    assert backend.get_current_key_group() == assign_key_group(python_key, 32768)
+    v.update("stored under the numpy key")
+    backend.set_current_key(python_key)
+    assert v.value() == "stored under the numpy key"
+    backend.set_current_key(numpy_key)
+    assert v.value() == "stored under the numpy key"
+
+
 def test_float_keys_compare_by_value(backend):
     v = backend.get_state(ValueStateDescriptor("v"))
     backend.set_current_key(0.0)
