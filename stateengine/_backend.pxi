@@ -85,6 +85,11 @@ cdef class NativeBackend:
     def closed(self) -> bool:
         return self._closed
 
+    def _ensure_open(self) -> None:
+        """Raises BackendClosedError after close(), for facade calls that would otherwise not
+        reach RocksDB (cached handles, lazy iterators)."""
+        self._check_open()
+
     cdef inline int _check_open(self) except -1:
         if self._closed:
             raise _BackendClosedError(

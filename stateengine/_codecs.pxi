@@ -345,7 +345,9 @@ cdef int encode_key_column(CCodec codec, object v, string* out) except -1:
         return 0
     if codec == kStr:
         if t is not str:
-            return _key_error(codec, v)
+            if not isinstance(v, str):  # numpy.str_ and other str subclasses are strings too
+                return _key_error(codec, v)
+            v = str(v)
         return _put_str(v, out)
     if codec == kF64 or codec == kF32:
         if t is bool or not (isinstance(v, (float, int)) or isinstance(v, (_np_floating, _np_integer))):

@@ -81,7 +81,8 @@ class KeyedStateBackend(_native.NativeBackend):
                key_group_range: KeyGroupRange | None, key_type: Any,
                cf_metas: list[dict], require_empty: bool = True) -> None:
         self._max_parallelism = check_max_parallelism(max_parallelism)
-        kgr = key_group_range or KeyGroupRange.all(max_parallelism)
+        # `is None`, not `or`: an empty range has len() 0 and must stay empty, not become all
+        kgr = KeyGroupRange.all(max_parallelism) if key_group_range is None else key_group_range
         if not isinstance(kgr, KeyGroupRange):
             raise TypeError(f"key_group_range must be a KeyGroupRange, got {kgr!r}")
         if not kgr.is_empty() and kgr.end >= max_parallelism:
@@ -195,6 +196,7 @@ class KeyedStateBackend(_native.NativeBackend):
         if not isinstance(descriptor, StateDescriptor):
             raise TypeError(f"get_state takes a state descriptor (ValueStateDescriptor, ...), "
                             f"got {type(descriptor).__name__}")
+        self._ensure_open()  # a cached handle must not hide that the backend is closed
         name = descriptor.name
         want = descriptor.meta()
         have = self._cf_metas.get(name)
@@ -242,6 +244,7 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def get_keys(self, state_name: str, namespace: Any = None) -> Iterator[Any]:
         """Every key with an entry of ``state_name`` in ``namespace``, each once."""
+        self._ensure_open()  # raise now, not at the first next() of the lazy iterator
         cf = self._cf_of(state_name)
         meta = self.state_meta(state_name)
         ns = _native.encode_for_codec(meta["namespace_codec"], namespace)

@@ -10,14 +10,30 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from . import _native
+from .errors import SerializationError
+from .serializers import Codec
 
 
-def _distinct_sources(target: Any, sources: Iterable[Any]) -> list[Any]:
-    seen: list[Any] = []
+def _namespace_bytes(state: Any, namespace: Any) -> bytes:
+    codec = state.descriptor.namespace_codec
+    if codec == Codec.VOID and namespace is not None:
+        raise SerializationError(
+            f"state '{state.name}' was declared without namespaces; pass namespace_type=object "
+            f"to its descriptor to use namespace {namespace!r:.60}")
+    return _native.encode_for_codec(int(codec), namespace)
+
+
+def _distinct_sources(state: Any, target: Any, sources: Iterable[Any]) -> list[Any]:
+    """Sources other than target, each once. Namespaces are told apart by their encodings,
+    not by ==: 1, 1.0 and True are equal in Python but are three namespaces."""
+    seen = {_namespace_bytes(state, target)}
+    distinct: list[Any] = []
     for ns in sources:
-        if ns != target and ns not in seen:
-            seen.append(ns)
-    return seen
+        encoded = _namespace_bytes(state, ns)
+        if encoded not in seen:
+            seen.add(encoded)
+            distinct.append(ns)
+    return distinct
 
 
 class ValueState(_native.NativeValueState):
@@ -33,7 +49,7 @@ class ListState(_native.NativeListState):
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Appends the lists of the source namespaces to target's and clears the sources."""
         found = []
-        for ns in _distinct_sources(target, sources):
+        for ns in _distinct_sources(self, target, sources):
             raw = self._raw_get_in(ns)
             if raw is not None:
                 found.append((ns, raw))
@@ -53,7 +69,7 @@ class _MergingNumeric:
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Merges the states of the source namespaces into target and clears the sources."""
         found = []
-        for ns in _distinct_sources(target, sources):
+        for ns in _distinct_sources(self, target, sources):
             raw = self._raw_get_in(ns)
             if raw is not None:
                 found.append((ns, raw))

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The README's quick start. Sets everything up on a fresh Debian/Ubuntu machine (system
+# packages only if missing, a virtualenv in .venv, the package with its test and Spark extras),
+# then runs one thing:
+#
+#   ./run.sh demo   the main job (for now examples/native_counter.py on the native engine)
+#   ./run.sh test   the whole test suite (extra arguments go to pytest)
+set -euo pipefail
+
+cd "$(dirname "$0")"
+ROOT="$(pwd)"
+
+log() { printf '[run.sh] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+
+[ $# -ge 1 ] || usage
+COMMAND="$1"
+shift
+case "$COMMAND" in demo|test) ;; *) usage ;; esac
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+fi
+
+APT_UPDATED=0
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing system packages ($*) and no apt-get here; install them with your package manager"
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        log "apt-get update"
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        APT_UPDATED=1
+    fi
+    log "apt-get install -y $*"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+}
+
+PYTHON3="$(command -v python3 || true)"
+
+# ---- system packages, only the missing ones ----------------------------------------------
+missing=()
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists rocksdb; then
+    missing+=(librocksdb-dev)
+fi
+[ -e /usr/include/snappy.h ] || pkg-config --exists snappy 2>/dev/null || missing+=(libsnappy-dev)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+[ -n "$PYTHON3" ] || missing+=(python3 python3-venv python3-dev)
+if [ -n "$PYTHON3" ] && ! "$PYTHON3" - <<'PY'
+import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
+PY
+then
+    missing+=(python3-dev)  # headers to compile the extension
+fi
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # Spark needs a JVM
+if [ ${#missing[@]} -gt 0 ]; then
+    apt_install "${missing[@]}"
+fi
+PYTHON3="$(command -v python3)" || die "python3 is still missing after installing it"
+
+# ---- virtualenv -----------------------------------------------------------------------------
+VENV="$ROOT/.venv"
+make_venv() { rm -rf "$VENV" && "$PYTHON3" -m venv "$VENV" >/dev/null 2>&1; }
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+    PY="$VENV/bin/python"
+elif make_venv; then
+    PY="$VENV/bin/python"
+elif command -v apt-get >/dev/null 2>&1 &&
+     apt_install "python3-venv" "python$("$PYTHON3" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv" &&
+     make_venv; then
+    PY="$VENV/bin/python"
+else
+    rm -rf "$VENV"
+    log "warning: cannot create a virtualenv; installing into $PYTHON3 itself"
+    PY="$PYTHON3"
+    export PIP_BREAK_SYSTEM_PACKAGES=1  # Debian marks its interpreter externally managed
+    "$PY" -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+fi
+log "python: $PY ($("$PY" --version 2>&1))"
+
+# ---- the package (rebuilt when its native sources or build files change) ------------------
+STAMP="$ROOT/build/.run-sh-installed"
+sources_hash() {
+    { cat setup.py pyproject.toml csrc/*.h csrc/*.cc stateengine/*.pyx stateengine/*.pxi \
+          stateengine/includes/*.pxd; echo "$PY"; } 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(sources_hash)" ] &&
+   (cd "$ROOT" && "$PY" -c "import stateengine._native" >/dev/null 2>&1); then
+    log "stateengine is installed and up to date"
+else
+    log "pip install -e .[test,spark] (builds the native extension)"
+    "$PY" -m pip install --disable-pip-version-check -q -e ".[test,spark]"
+    (cd "$ROOT" && "$PY" -c "import stateengine._native") ||
+        die "stateengine._native does not import after the build"
+    mkdir -p "$(dirname "$STAMP")"
+    sources_hash > "$STAMP"
+fi
+
+# Spark's Python workers and driver must use the interpreter that has stateengine.
+export PYSPARK_PYTHON="$PY"
+export PYSPARK_DRIVER_PYTHON="$PY"
+
+case "$COMMAND" in
+    demo) exec "$PY" examples/native_counter.py "$@" ;;
+    test) exec "$PY" -m pytest tests "$@" ;;
+esac

@@ -1,0 +1,71 @@
+"""Shared fixtures: throwaway backends in pytest's tmp dirs and one local SparkSession.
+
+The Spark fixture is session-scoped because starting a JVM costs seconds; every test that uses
+it is marked ``spark`` automatically (``-m "not spark"`` skips them explicitly, nothing is
+skipped silently).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import pytest
+
+from stateengine import KeyedStateBackend
+
+
+@pytest.fixture
+def make_backend(tmp_path):
+    """Factory: ``make_backend(**kwargs)`` opens a KeyedStateBackend in a fresh directory and
+    closes it when the test ends."""
+    opened: list[KeyedStateBackend] = []
+    counter = itertools.count()
+
+    def factory(**kwargs) -> KeyedStateBackend:
+        backend = KeyedStateBackend(tmp_path / f"backend-{next(counter)}", **kwargs)
+        opened.append(backend)
+        return backend
+
+    yield factory
+    for backend in opened:
+        backend.close()
+
+
+@pytest.fixture
+def backend(make_backend):
+    """A backend owning all 128 key groups, keys typed by the first key."""
+    return make_backend()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:  # a missing pyspark must fail loudly, never skip
+        pytest.fail(f"pyspark is not importable ({e}); install the test extras with "
+                    f"`pip install -e '.[test,spark]'` (./run.sh test does this)", pytrace=False)
+    # Python workers (if any job needs them) must run the interpreter running the tests.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("stateengine-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.host", "127.0.0.1")  # loopback only
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
