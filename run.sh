@@ -3,7 +3,8 @@
 # packages only if missing, a virtualenv in .venv, the package with its test and Spark extras),
 # then runs one thing:
 #
-#   ./run.sh demo   the main job (for now examples/native_counter.py on the native engine)
+#   ./run.sh demo   the main job: a Structured Streaming query with keyed state on local[*]
+#                   (extra arguments go to python -m stateengine.spark.demo)
 #   ./run.sh test   the whole test suite (extra arguments go to pytest)
 set -euo pipefail
 
@@ -103,11 +104,13 @@ else
     sources_hash > "$STAMP"
 fi
 
-# Spark's Python workers and driver must use the interpreter that has stateengine.
+# Spark's Python workers and driver must use the interpreter that has stateengine, and Spark
+# must bind to loopback only.
 export PYSPARK_PYTHON="$PY"
 export PYSPARK_DRIVER_PYTHON="$PY"
+export SPARK_LOCAL_IP=127.0.0.1
 
 case "$COMMAND" in
-    demo) exec "$PY" examples/native_counter.py "$@" ;;
+    demo) exec "$PY" -m stateengine.spark.demo "$@" ;;
     test) exec "$PY" -m pytest tests "$@" ;;
 esac

@@ -8,8 +8,6 @@ skipped silently).
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 
 import pytest
 
@@ -41,26 +39,16 @@ def backend(make_backend):
 
 @pytest.fixture(scope="session")
 def spark():
+    """One local SparkSession (``local[2,4]``: two cores, four attempts per task so tests can
+    inject task failures), on loopback; see tests/spark_session.py."""
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401
     except ImportError as e:  # a missing pyspark must fail loudly, never skip
         pytest.fail(f"pyspark is not importable ({e}); install the test extras with "
                     f"`pip install -e '.[test,spark]'` (./run.sh test does this)", pytrace=False)
-    # Python workers (if any job needs them) must run the interpreter running the tests.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("stateengine-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.host", "127.0.0.1")  # loopback only
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    from tests.spark_session import get_spark
+
+    session = get_spark()
     yield session
     session.stop()
 

@@ -29,6 +29,7 @@ def get_spark():
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.default.parallelism", "4")
              .config("spark.python.worker.reuse", "true")
+             .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark

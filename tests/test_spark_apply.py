@@ -8,7 +8,6 @@ from pyspark import TaskContext
 from stateengine import (ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
                          ValueStateDescriptor, reducers)
 from stateengine.spark import apply_with_state, read_state
-from tests.spark_session import get_spark
 
 pytestmark = pytest.mark.spark
 
@@ -16,11 +15,6 @@ COUNT = ValueStateDescriptor("count", value_type=int, default=0)
 TOTAL = ReducingStateDescriptor("total", reducers.SUM, value_type=int)
 LAST = MapStateDescriptor("last_by_kind", user_key_type=str, value_type=int)
 OUT = "user string, count long, total long"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return get_spark()
 
 
 def make_batches(seed, n_batches, rows, users):

@@ -6,14 +6,8 @@ from pyspark.sql import functions as F
 
 from stateengine import KeyGroupRange, assign_key_group, operator_for_key_group
 from stateengine.spark.routing import KG_COL, key_codecs_for, route
-from tests.spark_session import get_spark
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return get_spark()
 
 
 @pytest.mark.parametrize("n,max_p", [(1, 128), (2, 128), (3, 128), (7, 128), (128, 128),
