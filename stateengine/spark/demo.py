@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     events = (spark.readStream.format("rate").option("rowsPerSecond", args.rows_per_second).load()
               .withColumn("event_ms", (F.col("timestamp").cast("double") * 1000).cast("long"))
-              .withColumn("user", (F.col("value") * 40503 % args.users).cast("long"))
+              .withColumn("user", (F.col("value") * 1000003 % args.users).cast("long"))
               # users are active in bursts: 6 s on, 12 s off, shifted per user
               .where(((F.col("event_ms") / 6000).cast("long") + F.col("user")) % 3 == 0)
               .withColumn("amount", (F.col("value") * 7919 % 1000) / 10.0)
