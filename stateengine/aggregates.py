@@ -23,7 +23,7 @@ class NativeAggregate(AggregateFunction[Any, Any, Any]):
         return 1 if self._counts else value
 
     def create_accumulator(self) -> Any:
-        return 0 if self._counts or self.op == NativeOp.SUM else None
+        return 0 if self.op in (NativeOp.SUM, NativeOp.COUNT) else None
 
     def add(self, value: Any, accumulator: Any) -> Any:
         return self.merge(accumulator, self.native_operand(value))
@@ -34,7 +34,7 @@ class NativeAggregate(AggregateFunction[Any, Any, Any]):
     def merge(self, a: Any, b: Any) -> Any:
         if a is None or b is None:
             return b if a is None else a
-        if self.op == NativeOp.SUM:
+        if self.op in (NativeOp.SUM, NativeOp.COUNT):
             return a + b
         return min(a, b) if self.op == NativeOp.MIN else max(a, b)
 
@@ -45,7 +45,7 @@ class NativeAggregate(AggregateFunction[Any, Any, Any]):
         return self.name.upper()
 
 
-COUNT = NativeAggregate("count", NativeOp.SUM, counts=True)
+COUNT = NativeAggregate("count", NativeOp.COUNT, counts=True)
 SUM = NativeAggregate("sum", NativeOp.SUM)
 MIN = NativeAggregate("min", NativeOp.MIN)
 MAX = NativeAggregate("max", NativeOp.MAX)

@@ -25,6 +25,7 @@ from .checkpoint.incremental import IncrementalCheckpointer
 from .checkpoint.restore import restore_backend
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .descriptors import StateDescriptor, StateKind, validate_state_name
+from .functions import merge_operator_of
 from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
                      UnknownStateError)
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
@@ -48,6 +49,11 @@ _FIELD_NAMES = {"value_codec": "value serializer", "namespace_codec": "namespace
                 "native_op": "native function"}
 
 
+_FUNCTION_NAMES = {0: "none (a Python function or no function)", 1: "native SUM",
+                   2: "native MIN", 3: "native MAX", 4: "native COUNT"}
+_MERGE_NAMES = {0: "none", 1: "list append", 2: "native numeric"}
+
+
 def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
     """Why a descriptor cannot bind to a state registered (or restored) with meta ``have``."""
     if have["kind"] != want["kind"]:
@@ -60,8 +66,10 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
                 return (f"state '{name}' has {what} '{serializers.codec_name(have[field])}' but the "
                         f"descriptor asks for '{serializers.codec_name(want[field])}'; keep the "
                         f"serializer or use another state name")
-            return (f"state '{name}' has {what} {have.get(field)} but the descriptor asks for "
-                    f"{want.get(field)}; keep the function kind or use another state name")
+            names = _FUNCTION_NAMES if field == "native_op" else _MERGE_NAMES
+            return (f"state '{name}' has {what} {names.get(have.get(field), have.get(field))} but "
+                    f"the descriptor asks for {names.get(want.get(field), want.get(field))}; keep "
+                    f"the function kind or use another state name")
     return None
 
 
@@ -98,7 +106,7 @@ class KeyedStateBackend(_native.NativeBackend):
             os.makedirs(d, exist_ok=True)
         self._states: dict[str, Any] = {}
         self._pending: set[AsyncSnapshot[Any]] = set()
-        specs = [(m["name"], m["merge"], m["native_op"], m["value_codec"]) for m in cf_metas]
+        specs = [_cf_spec(m) for m in cf_metas]
         self._native_open(os.path.join(self._path, "db"), max_parallelism, kgr.start, kgr.end,
                           specs)
         self._cf_index: dict[str, int] = {m["name"]: i for i, m in enumerate(cf_metas)}
@@ -152,7 +160,7 @@ class KeyedStateBackend(_native.NativeBackend):
         cf = self._cf_index.get(name)
         if cf is None:
             full = dict(meta, name=name)
-            cf = self._native_create_cf(name, full["merge"], full["native_op"], full["value_codec"])
+            cf = self._native_create_cf(*_cf_spec(full))
             self._cf_index[name] = cf
             self._cf_metas[name] = full
         return cf
@@ -167,7 +175,7 @@ class KeyedStateBackend(_native.NativeBackend):
             if conflict:
                 raise IncompatibleStateError(f"{source}: {conflict}")
             return self._cf_index[name]
-        cf = self._native_create_cf(name, meta["merge"], meta["native_op"], meta["value_codec"])
+        cf = self._native_create_cf(*_cf_spec(meta))
         self._cf_index[name] = cf
         self._cf_metas[name] = dict(meta)
         return cf
@@ -208,7 +216,7 @@ class KeyedStateBackend(_native.NativeBackend):
                 return self._states[name]
         cf = self._cf_index.get(name)
         if cf is None:
-            cf = self._native_create_cf(name, *descriptor.merge_spec())
+            cf = self._native_create_cf(*_cf_spec(want))
             self._cf_index[name] = cf
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
@@ -342,6 +350,11 @@ class KeyedStateBackend(_native.NativeBackend):
         state = "closed" if self.closed else "open"
         return (f"KeyedStateBackend({self._path!r}, max_parallelism={self._max_parallelism}, "
                 f"{self._range}, {state})")
+
+
+def _cf_spec(meta: dict) -> tuple[str, int, int, int]:
+    """(name, merge kind, C++ merge operator, value codec) of a state's column family."""
+    return (meta["name"], meta["merge"], merge_operator_of(meta["native_op"]), meta["value_codec"])
 
 
 def _prepare_empty_dir(path: str) -> None:

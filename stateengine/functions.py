@@ -33,8 +33,16 @@ class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
 
 
 class NativeOp:
-    """Ids of the C++ numeric merge operators (csrc/merge_operators.h)."""
+    """Ids of native functions, as persisted in state metas. SUM/MIN/MAX are also the ids of
+    the C++ numeric merge operators (csrc/merge_operators.h); COUNT runs on the SUM operator
+    but keeps its own id so a COUNT state is never mistaken for a SUM state."""
 
     SUM = 1
     MIN = 2
     MAX = 3
+    COUNT = 4
+
+
+def merge_operator_of(native_op: int) -> int:
+    """The C++ merge operator that runs a native function."""
+    return NativeOp.SUM if native_op == NativeOp.COUNT else native_op

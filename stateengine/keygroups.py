@@ -7,6 +7,7 @@ operator ``i`` of ``p`` owns the contiguous range Flink would give it.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -17,11 +18,14 @@ MAX_MAX_PARALLELISM = 32768
 
 
 def check_max_parallelism(max_parallelism: int) -> int:
-    if isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int) or not (
-            1 <= max_parallelism <= MAX_MAX_PARALLELISM):
+    try:  # any integer type (numpy included), but not bool or float
+        value = operator.index(max_parallelism) if not isinstance(max_parallelism, bool) else None
+    except TypeError:
+        value = None
+    if value is None or not 1 <= value <= MAX_MAX_PARALLELISM:
         raise ValueError(
             f"max_parallelism must be an int in [1, {MAX_MAX_PARALLELISM}], got {max_parallelism!r}")
-    return max_parallelism
+    return value
 
 
 @dataclass(frozen=True)

@@ -421,3 +421,24 @@ def test_declared_key_type_refuses_other_keys(make_backend):
 def test_unsupported_keys(backend, key):
     with pytest.raises(KeyTypeError):
         backend.set_current_key(key)
+
+
+def test_native_count_and_sum_are_distinct_functions(make_backend):
+    from stateengine import AggregatingStateDescriptor, StateRegistrationError, aggregates
+
+    backend = make_backend()
+    backend.set_current_key(1)
+    n = backend.get_state(AggregatingStateDescriptor("n", aggregates.COUNT))
+    n.add(7)
+    with pytest.raises(StateRegistrationError, match="native COUNT but the descriptor asks for native SUM"):
+        backend.get_state(AggregatingStateDescriptor("n", aggregates.SUM))
+    assert n.get() == 1
+
+
+def test_max_parallelism_accepts_any_integer_type_but_not_bool_or_float(make_backend):
+    import numpy as np
+
+    assert make_backend(max_parallelism=np.int64(256)).max_parallelism == 256
+    for bad in (True, 128.0, "128", 0, 32769):
+        with pytest.raises(ValueError, match="max_parallelism must be an int"):
+            make_backend(max_parallelism=bad)
