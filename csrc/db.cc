@@ -101,6 +101,9 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
   std::unique_ptr<StateDB> s(new StateDB());
   s->path_ = path;
   s->write_options_.disableWAL = true;
+  s->nowait_write_options_ = s->write_options_;
+  s->nowait_write_options_.no_slowdown = true;
+  s->nowait_read_options_.read_tier = rocksdb::kBlockCacheTier;
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
   for (const auto& spec : cfs) descs.emplace_back(spec.name, s->MakeColumnFamilyOptions(spec));
@@ -175,6 +178,26 @@ rocksdb::Status StateDB::Delete(int cf, const rocksdb::Slice& key) {
 rocksdb::Status StateDB::DeleteRange(int cf, const rocksdb::Slice& begin,
                                      const rocksdb::Slice& end) {
   return db_->DeleteRange(write_options_, handles_[cf], begin, end);
+}
+
+rocksdb::Status StateDB::GetNoWait(int cf, const rocksdb::Slice& key,
+                                   rocksdb::PinnableSlice* value) {
+  value->Reset();
+  return db_->Get(nowait_read_options_, handles_[cf], key, value);
+}
+
+rocksdb::Status StateDB::PutNoWait(int cf, const rocksdb::Slice& key,
+                                   const rocksdb::Slice& value) {
+  return db_->Put(nowait_write_options_, handles_[cf], key, value);
+}
+
+rocksdb::Status StateDB::MergeNoWait(int cf, const rocksdb::Slice& key,
+                                     const rocksdb::Slice& value) {
+  return db_->Merge(nowait_write_options_, handles_[cf], key, value);
+}
+
+rocksdb::Status StateDB::DeleteNoWait(int cf, const rocksdb::Slice& key) {
+  return db_->Delete(nowait_write_options_, handles_[cf], key);
 }
 
 rocksdb::Status StateDB::Write(rocksdb::WriteBatch* batch) {
