@@ -501,3 +501,45 @@ def test_float_keys_normalize_like_scalar(make_backend):
     assert v.value() == 2
     got, _ = v.get_many([0.0, math.nan])
     assert got.tolist() == [1, 2]
+
+
+# ---- larger batches and other column sources -----------------------------------------------
+
+def test_large_batches_span_several_multiget_chunks(make_backend):
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 6000, 20_000)
+    values = rng.integers(-1000, 1000, 20_000)
+    be = make_backend()
+    v = be.get_state(ValueStateDescriptor("v", value_type=int))
+    r = be.get_state(ReducingStateDescriptor("r", reducers.SUM, value_type=int))
+    v.put_many(keys, values)
+    r.add_many(keys, values)
+    last, total = {}, {}
+    for k, x in zip(keys.tolist(), values.tolist()):
+        last[k] = x
+        total[k] = total.get(k, 0) + x
+    probe = np.arange(6500)
+    got, found = v.get_many(probe)
+    assert found.tolist() == [k in last for k in probe.tolist()]
+    assert got.tolist() == [last.get(k, 0) for k in probe.tolist()]
+    sums, _ = r.get_many(probe[::-1])
+    assert sums.tolist() == [total.get(k, 0) for k in probe[::-1].tolist()]
+
+
+def test_pandas_series_columns(make_backend):
+    pd = pytest.importorskip("pandas")
+    be = make_backend()
+    lst = be.get_state(ListStateDescriptor("l", value_type=float))
+    frame = pd.DataFrame({"user": ["a", "b", "a"], "amount": [1.5, 2.0, 3.0]})
+    lst.add_many(frame["user"], frame["amount"])
+    assert lst.get_many(pd.Series(["a", "b", "c"])) == [[1.5, 3.0], [2.0], []]
+
+
+def test_null_keys_are_refused(make_backend):
+    be = make_backend(key_type=str)
+    v = be.get_state(ValueStateDescriptor("v"))
+    with pytest.raises(KeyTypeError):
+        v.put_many(pa.array(["a", None]), ["x", "y"])
+    with pytest.raises(KeyTypeError):
+        v.put_many(np.array(["a", None], dtype=object), ["x", "y"])
+    assert raw_contents(be, v) == []
