@@ -7,6 +7,8 @@
 
 from cpython.unicode cimport PyUnicode_Check
 from cpython.bytes cimport PyBytes_Check
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS,
+                             PyBUF_WRITABLE)
 import sys
 
 cdef const char* _EMPTY = b""
@@ -118,25 +120,28 @@ cdef _Column _typed_column(object src):
             src = src.to_numpy(zero_copy_only=False)
         else:
             return None
-    kind = src.dtype.kind
+    dt = src.dtype
+    kind = dt.kind
+    arr = src
     if kind == "i" or kind == "u":
-        if kind == "u" and src.dtype.itemsize == 8 and len(src) and src.max() > 0x7FFFFFFFFFFFFFFF:
-            return None  # the per-element path reports the overflow
-        arr = _np_asc(src, dtype=_np_int64_dtype)
+        if dt is not _np_int64_dtype:
+            if kind == "u" and dt.itemsize == 8 and len(src) and src.max() > 0x7FFFFFFFFFFFFFFF:
+                return None  # the per-element path reports the overflow
+            arr = src.astype(_np_int64_dtype)
         col.view.kind = kColInt64
     elif kind == "f":
-        arr = _np_asc(src, dtype=_np_float64_dtype)
+        if dt is not _np_float64_dtype:
+            arr = src.astype(_np_float64_dtype)
         col.view.kind = kColFloat64
     elif kind == "b":
-        arr = _np_asc(src, dtype=_np_bool_dtype)
         col.view.kind = kColBool
     elif kind == "U":
-        arr = _np_asc(src, dtype=src.dtype.newbyteorder("="))
+        if not dt.isnative:
+            arr = src.astype(dt.newbyteorder("="))
         col.view.kind = kColUcs4
         col.view.width = arr.dtype.itemsize // 4
         col.view.text = True
     elif kind == "S":
-        arr = _np_asc(src)
         col.view.kind = kColFixedBytes
         col.view.width = arr.dtype.itemsize
     elif kind == "O":
@@ -168,11 +173,28 @@ cdef _Column _typed_column(object src):
         return col
     else:
         return None
-    col.keep = arr
     col.view.size = len(arr)
     if col.view.size:
-        col.view.data = <const char*><size_t>arr.ctypes.data
+        col.view.data = _contiguous_data(arr, col)
+    else:
+        col.keep = arr
     return col
+
+
+cdef const char* _contiguous_data(object arr, _Column col) except NULL:
+    """Address of arr's rows, copying them first if arr is strided; col keeps them alive.
+    The buffer protocol costs a fraction of ndarray.ctypes, which matters for small batches."""
+    cdef Py_buffer view
+    cdef const char* p
+    try:
+        PyObject_GetBuffer(arr, &view, PyBUF_C_CONTIGUOUS)
+    except (BufferError, ValueError):  # a strided view: copy its rows once
+        arr = _np_asc(arr)
+        PyObject_GetBuffer(arr, &view, PyBUF_C_CONTIGUOUS)
+    p = <const char*>view.buf
+    PyBuffer_Release(&view)
+    col.keep = arr
+    return p
 
 
 cdef _Column _arrow_bytes_column(object a, bint text, bint large):
@@ -360,27 +382,36 @@ cdef tuple _typed_result(NativeState s, _Batch b, bint map_values, object fill):
     cdef int64_t ifill = 0
     cdef double dfill = 0.0
     cdef CCodec codec = s._value_codec
-    found = _np_empty(b.n, dtype=np.bool_)
-    cdef uint8_t[::1] fv = found.view(np.uint8)
-    cdef int64_t[::1] iv
-    cdef double[::1] dv
+    found = _np_empty(b.n, dtype=_np_bool_dtype)
+    cdef uint8_t* fp = <uint8_t*>_output_data(found)
+    cdef char* op
     if codec == kI64:
-        out = _np_empty(b.n, dtype=np.int64)
-        iv = out
+        out = _np_empty(b.n, dtype=_np_int64_dtype)
+        op = _output_data(out)
         if type(fill) is int and -2**63 <= fill < 2**63:
             ifill = fill
         with nogil:
-            ok = CScatterInt64(b.kb, b.vals, codec, map_values, ifill, &iv[0], &fv[0], &err)
+            ok = CScatterInt64(b.kb, b.vals, codec, map_values, ifill, <int64_t*>op, fp, &err)
     else:
-        out = _np_empty(b.n, dtype=np.float64)
-        dv = out
+        out = _np_empty(b.n, dtype=_np_float64_dtype)
+        op = _output_data(out)
         if isinstance(fill, (int, float)) and type(fill) is not bool:
             dfill = <double>float(fill)
         with nogil:
-            ok = CScatterFloat64(b.kb, b.vals, codec, map_values, dfill, &dv[0], &fv[0], &err)
+            ok = CScatterFloat64(b.kb, b.vals, codec, map_values, dfill, <double*>op, fp, &err)
     if not ok:
         _raise_batch_error(s, err, b.keys, None, "key")
     return out, found
+
+
+cdef char* _output_data(object arr) except NULL:
+    """Address of a fresh (contiguous, writable) numpy array that the caller keeps alive."""
+    cdef Py_buffer view
+    cdef char* p
+    PyObject_GetBuffer(arr, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    p = <char*>view.buf
+    PyBuffer_Release(&view)
+    return p
 
 
 cdef inline const char* _group_data(_Batch b, uint32_t g, size_t* n):
