@@ -5,8 +5,6 @@
 # C-API call per element and no Python-level code, and passed on as bytes.
 # Batch calls use the handle's current namespace and never touch the backend's current key.
 
-from cpython.unicode cimport PyUnicode_Check
-from cpython.bytes cimport PyBytes_Check
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS,
                              PyBUF_WRITABLE)
 import sys
