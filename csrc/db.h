@@ -85,6 +85,14 @@ class StateDB {
   rocksdb::Status Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
   rocksdb::Status Delete(int cf, const rocksdb::Slice& key);
   rocksdb::Status DeleteRange(int cf, const rocksdb::Slice& begin, const rocksdb::Slice& end);
+  // Variants that never wait: Status::Incomplete (and nothing done) instead of a read that
+  // needs file I/O or a write that would stall. The bindings call these with the GIL held and
+  // repeat the blocking call with the GIL released only on Incomplete, because releasing and
+  // retaking the GIL costs more than a memtable or block-cache hit.
+  rocksdb::Status GetNoWait(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value);
+  rocksdb::Status PutNoWait(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
+  rocksdb::Status MergeNoWait(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
+  rocksdb::Status DeleteNoWait(int cf, const rocksdb::Slice& key);
   rocksdb::Status Write(rocksdb::WriteBatch* batch);
   // One atomic write batch of puts (keys[i] -> values[i]).
   rocksdb::Status PutMany(int cf, const std::vector<std::string>& keys,
@@ -116,6 +124,8 @@ class StateDB {
   std::vector<ColumnFamilySpec> specs_;
   rocksdb::WriteOptions write_options_;
   rocksdb::ReadOptions read_options_;
+  rocksdb::WriteOptions nowait_write_options_;
+  rocksdb::ReadOptions nowait_read_options_;
 };
 
 // The smallest key greater than every key starting with prefix ("" if there is none).

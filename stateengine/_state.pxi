@@ -72,39 +72,58 @@ cdef class NativeState:
         self._backend.check_key()
         return &self._backend._builder.get().Build(self._scratch_ns, self._ns_variable)
 
+    # Point calls first try RocksDB's non-waiting variant with the GIL held: a memtable or
+    # block-cache hit costs less than releasing and retaking the GIL (about 50 ns of a 250 ns
+    # value()). Only when RocksDB would read a file or stall a write (Status::Incomplete, nothing
+    # done) is the call repeated with the GIL released.
+
     cdef int _get(self, const string* key) except -1:
         """Looks key up into self._pin; 1 if found, 0 if not."""
-        cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
-        with nogil:
-            st = db.Get(self._cf, CSlice(key.data(), key.size()), &self._pin)
+        cdef CSlice k = CSlice(key.data(), key.size())
+        cdef CStatus st = db.GetNoWait(self._cf, k, &self._pin)
+        if st.IsIncomplete():
+            with nogil:
+                st = db.Get(self._cf, k, &self._pin)
+        if st.ok():
+            return 1
         if st.IsNotFound():
             return 0
-        check_status(st)
-        return 1
+        return check_status(st)
 
     cdef int _put(self, const string* key, const string* value) except -1:
-        cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
+        cdef CSlice k = CSlice(key.data(), key.size())
+        cdef CSlice v = CSlice(value.data(), value.size())
+        cdef CStatus st
         self._backend.check_writable()
-        with nogil:
-            st = db.Put(self._cf, CSlice(key.data(), key.size()), CSlice(value.data(), value.size()))
+        st = db.PutNoWait(self._cf, k, v)
+        if st.IsIncomplete():
+            with nogil:
+                st = db.Put(self._cf, k, v)
         return check_status(st)
 
     cdef int _merge(self, const string* key, const string* value) except -1:
-        cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
+        cdef CSlice k = CSlice(key.data(), key.size())
+        cdef CSlice v = CSlice(value.data(), value.size())
+        cdef CStatus st
         self._backend.check_writable()
-        with nogil:
-            st = db.Merge(self._cf, CSlice(key.data(), key.size()), CSlice(value.data(), value.size()))
+        st = db.MergeNoWait(self._cf, k, v)
+        if st.IsIncomplete():
+            with nogil:
+                st = db.Merge(self._cf, k, v)
         return check_status(st)
 
     cdef int _delete(self, const string* key) except -1:
-        cdef CStatus st
         cdef CStateDB* db = self._backend._db.get()
+        cdef CSlice k = CSlice(key.data(), key.size())
+        cdef CStatus st
         self._backend.check_writable()
-        with nogil:
-            st = db.Delete(self._cf, CSlice(key.data(), key.size()))
+        st = db.DeleteNoWait(self._cf, k)
+        if st.IsIncomplete():
+            with nogil:
+                st = db.Delete(self._cf, k)
         return check_status(st)
 
     def clear(self) -> None:

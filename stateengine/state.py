@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import numpy as np
+
 from . import _native
 from .errors import SerializationError
 from .serializers import Codec
+
+# Batch calls (``*_many``) take keys (and values) as whole columns: numpy arrays (int64,
+# float64, bool, str 'U', bytes 'S', object), pyarrow arrays (string, large_string, binary,
+# numeric), pandas Series or lists. They use the handle's current namespace, never change the
+# backend's current key, and validate every row (key group, value type, None) before writing
+# anything. Rows with the same key behave as if the scalar calls ran in input order.
 
 
 def _namespace_bytes(state: Any, namespace: Any) -> bytes:
@@ -37,7 +45,22 @@ def _distinct_sources(state: Any, target: Any, sources: Iterable[Any]) -> list[A
 
 
 class ValueState(_native.NativeValueState):
-    """One value: ``value()``, ``update(v)`` (``update(None)`` clears), ``clear()``."""
+    """One value: ``value()``, ``update(v)`` (``update(None)`` clears), ``clear()``;
+    ``get_many(keys)`` and ``put_many(keys, values)`` for whole columns."""
+
+    def get_many(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``value()`` of every key: ``(values, found)``.
+
+        ``found`` is a bool array. ``values`` is an int64/float64 array when the state's value
+        type is int/float (missing rows hold the descriptor's default, or 0 when it has none),
+        else an object array (missing rows hold the default). One sorted MultiGet.
+        """
+        return _native._value_get_many(self, keys)
+
+    def put_many(self, keys: Any, values: Any) -> None:
+        """``update(value)`` for every row in one atomic WriteBatch; the last row of a key wins
+        and a None value clears the key, as ``update(None)`` does."""
+        _native._value_put_many(self, keys, values)
 
 
 class ListState(_native.NativeListState):
@@ -58,6 +81,15 @@ class ListState(_native.NativeListState):
         self._raw_merge_in(b",".join(raw for _, raw in found), target)
         for ns, _ in found:
             self._raw_delete_in(ns)
+
+    def add_many(self, keys: Any, values: Any) -> None:
+        """``add(value)`` for every row: each key's elements are appended in input order with
+        one merge per distinct key, in one WriteBatch. A None element rejects the whole call."""
+        _native._list_add_many(self, keys, values)
+
+    def get_many(self, keys: Any) -> list[list[Any]]:
+        """``get()`` of every key: one list per row ([] where nothing is stored)."""
+        return _native._list_get_many(self, keys)
 
 
 class _MergingNumeric:
@@ -95,6 +127,25 @@ class ReducingState(_MergingNumeric, _native.NativeReducingState):
     def _combine(self, a: Any, b: Any) -> Any:
         return self.descriptor.reduce_function(a, b)
 
+    def add_many(self, keys: Any, values: Any) -> None:
+        """``add(value)`` for every row.
+
+        With a native reducer (SUM/MIN/MAX) the rows of each key are reduced in C++ and merged
+        once per distinct key in one WriteBatch, without reading. Float sums may then differ
+        from row-by-row adds in the last bits (the additions are grouped differently). With a
+        Python function the distinct keys are read once, the function is applied row by row
+        in input order and each key is written once; if it raises, nothing is written.
+        """
+        fn = self.descriptor.reduce_function
+        native = self.descriptor.native
+        _native._merging_add_many(self, keys, values, native, fn.op if native else 0, False,
+                                  False, fn)
+
+    def get_many(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``get()`` of every key: ``(values, found)``; int64/float64 arrays (0 where nothing is
+        stored) for native reducers over int/float values, else an object array with None."""
+        return _native._merging_get_many(self, keys, self.descriptor.native, None)
+
 
 class AggregatingState(_MergingNumeric, _native.NativeAggregatingState):
     """``add(v)`` folds v into the accumulator; ``get()`` returns the aggregate's result."""
@@ -102,12 +153,43 @@ class AggregatingState(_MergingNumeric, _native.NativeAggregatingState):
     def _combine(self, a: Any, b: Any) -> Any:
         return self.descriptor.aggregate_function.merge(a, b)
 
+    def add_many(self, keys: Any, values: Any) -> None:
+        """``add(value)`` for every row. Native aggregates (COUNT/SUM/MIN/MAX) pre-aggregate
+        each key's rows in C++ and merge once per distinct key (COUNT counts rows and ignores
+        their values, but refuses None); other functions read each distinct key once, call
+        ``add`` row by row in input order and write each key once."""
+        fn = self.descriptor.aggregate_function
+        native = self.descriptor.native
+        _native._merging_add_many(self, keys, values, native, fn.op if native else 0,
+                                  bool(native and fn._counts), True, fn)
 
-class MapState(_native.NativeMapState):
+    def get_many(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``get()`` of every key: ``(results, found)``; int64/float64 arrays (0 where nothing
+        is stored) for native aggregates over int/float accumulators, else objects (None)."""
+        fn = self.descriptor.aggregate_function
+        native = self.descriptor.native
+        return _native._merging_get_many(self, keys, native, None if native else fn)
+
+
+class _MapBatch:
+    def put_many(self, keys: Any, user_keys: Any, values: Any) -> None:
+        """``put(user_key, value)`` under every row's key, in one atomic WriteBatch; the last
+        row of a (key, user key) pair wins."""
+        _native._map_put_many(self, keys, user_keys, values)
+
+    def get_many(self, keys: Any, user_keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``get(user_key)`` under every row's key: ``(values, found)``. ``found`` says whether
+        the entry exists (``contains``); ``values`` is an int64/float64 array for int/float
+        values (0 where missing or stored as None), else an object array (None)."""
+        return _native._map_get_many(self, keys, user_keys)
+
+
+class MapState(_MapBatch, _native.NativeMapState):
     """A map: ``get``, ``put``, ``put_all``, ``contains``, ``remove``, ``keys``, ``values``,
-    ``entries`` (lazy, in storage order), ``is_empty``, ``clear``."""
+    ``entries`` (lazy, in storage order), ``is_empty``, ``clear``; ``put_many`` and
+    ``get_many`` for whole columns."""
 
 
-class SortedMapState(_native.NativeSortedMapState):
+class SortedMapState(_MapBatch, _native.NativeSortedMapState):
     """A map iterated in user-key order, with ``first_entry``, ``last_entry``, ``head(to)``,
     ``tail(from)`` and ``sub(from, to)`` (half-open ranges, like Java's SortedMap)."""

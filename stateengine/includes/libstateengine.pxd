@@ -152,6 +152,10 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus Merge(int, const CSlice&, const CSlice&)
         CStatus Delete(int, const CSlice&)
         CStatus DeleteRange(int, const CSlice&, const CSlice&)
+        CStatus GetNoWait(int, const CSlice&, CPinnableSlice*)
+        CStatus PutNoWait(int, const CSlice&, const CSlice&)
+        CStatus MergeNoWait(int, const CSlice&, const CSlice&)
+        CStatus DeleteNoWait(int, const CSlice&)
         CStatus Write(CWriteBatch*)
         CStatus PutMany(int, const vector[string]&, const vector[string]&)
         CStatus DeletePrefix(int, const string&)
@@ -225,3 +229,80 @@ cdef extern from "timers.h" namespace "stateengine" nogil:
         CStateDB*, int, int, int32_t, int32_t, int64_t, size_t, vector[string]*)
     CStatus CNextTimerTimestamp "stateengine::NextTimerTimestamp"(
         CStateDB*, int, int, int32_t, int32_t, cbool*, int64_t*)
+
+
+cdef extern from "batch_ops.h" namespace "stateengine" nogil:
+    int kColInt64 "stateengine::kColInt64"
+    int kColFloat64 "stateengine::kColFloat64"
+    int kColBool "stateengine::kColBool"
+    int kColOffsets32 "stateengine::kColOffsets32"
+    int kColOffsets64 "stateengine::kColOffsets64"
+    int kColFixedBytes "stateengine::kColFixedBytes"
+    int kColUcs4 "stateengine::kColUcs4"
+    int kColSlices "stateengine::kColSlices"
+
+    int kBatchOk "stateengine::kBatchOk"
+    int kBatchKeyGroupOutOfRange "stateengine::kBatchKeyGroupOutOfRange"
+    int kBatchValueOutOfRange "stateengine::kBatchValueOutOfRange"
+    int kBatchInvalidText "stateengine::kBatchInvalidText"
+    int kBatchUnsupported "stateengine::kBatchUnsupported"
+    int kBatchBadKey "stateengine::kBatchBadKey"
+    int kBatchCorrupt "stateengine::kBatchCorrupt"
+    int kBatchTooLarge "stateengine::kBatchTooLarge"
+
+    cdef cppclass CColumnView "stateengine::ColumnView":
+        int kind
+        size_t size
+        const char* data
+        const int32_t* offsets32
+        const int64_t* offsets64
+        size_t width
+        const CSlice* slices
+        cbool text
+        cbool encoded
+        const uint8_t* is_null
+
+    cdef cppclass CBatchError "stateengine::BatchError":
+        int code
+        size_t row
+        int32_t key_group
+        cbool user_key
+
+    cdef cppclass CBatchTarget "stateengine::BatchTarget":
+        const CKeySchema* schema
+        int prefix_bytes
+        int32_t max_parallelism
+        int32_t kg_start
+        int32_t kg_end
+        const string* ns
+        cbool ns_variable
+
+    cdef cppclass CKeyBatch "stateengine::KeyBatch":
+        cbool Build(const CBatchTarget&, const CColumnView&, const CColumnView*, CCodec,
+                    CBatchError*)
+        size_t rows()
+        size_t groups()
+        const vector[uint32_t]& order()
+        const vector[uint32_t]& group_of()
+        const vector[uint32_t]& group_start()
+
+    cdef cppclass CBatchValues "stateengine::BatchValues":
+        vector[uint8_t] found
+        string data
+        vector[size_t] offsets
+
+    cbool CCanEncodeColumn "stateengine::CanEncodeColumn"(int, cbool, CCodec, cbool)
+    cbool CCanMergeNumbers "stateengine::CanMergeNumbers"(int, CCodec)
+    CStatus CBatchPut "stateengine::BatchPut"(CStateDB*, int, const CKeyBatch&, const CColumnView&,
+                                              CCodec, cbool, cbool, CBatchError*)
+    CStatus CBatchMergeNumbers "stateengine::BatchMergeNumbers"(
+        CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CNumericOp, cbool,
+        CBatchError*)
+    CStatus CBatchMergeList "stateengine::BatchMergeList"(
+        CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CBatchError*)
+    CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*)
+    cbool CScatterInt64 "stateengine::ScatterInt64"(const CKeyBatch&, const CBatchValues&, CCodec,
+                                                   cbool, int64_t, int64_t*, uint8_t*, CBatchError*)
+    cbool CScatterFloat64 "stateengine::ScatterFloat64"(const CKeyBatch&, const CBatchValues&,
+                                                       CCodec, cbool, double, double*, uint8_t*,
+                                                       CBatchError*)

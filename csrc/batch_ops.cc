@@ -1,0 +1,504 @@
+#include "batch_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include "composite_key.h"
+#include "keygroups.h"
+
+namespace stateengine {
+namespace {
+
+// MultiGet pins blocks and memtables per key; bounded chunks keep that memory small.
+constexpr size_t kMultiGetChunk = 4096;
+
+bool IsByteKind(int kind) {
+  return kind == kColOffsets32 || kind == kColOffsets64 || kind == kColFixedBytes ||
+         kind == kColUcs4 || kind == kColSlices;
+}
+
+template <typename T>
+T Load(const char* base, size_t row) {
+  T v;
+  std::memcpy(&v, base + row * sizeof(T), sizeof(T));  // numpy views need not be aligned
+  return v;
+}
+
+void PutUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// The bytes of a byte-like row; UCS-4 rows are converted to UTF-8 in scratch.
+int RowBytes(const ColumnView& c, size_t row, rocksdb::Slice* out, std::string* scratch) {
+  switch (c.kind) {
+    case kColOffsets32: {
+      const int32_t b = c.offsets32[row], e = c.offsets32[row + 1];
+      *out = rocksdb::Slice(c.data + b, static_cast<size_t>(e - b));
+      return kBatchOk;
+    }
+    case kColOffsets64: {
+      const int64_t b = c.offsets64[row], e = c.offsets64[row + 1];
+      *out = rocksdb::Slice(c.data + b, static_cast<size_t>(e - b));
+      return kBatchOk;
+    }
+    case kColFixedBytes: {
+      const char* p = c.data + row * c.width;
+      size_t n = c.width;
+      while (n > 0 && p[n - 1] == 0) --n;
+      *out = rocksdb::Slice(p, n);
+      return kBatchOk;
+    }
+    case kColUcs4: {
+      const char* p = c.data + row * c.width * 4;
+      size_t n = c.width;
+      while (n > 0 && Load<uint32_t>(p, n - 1) == 0) --n;
+      scratch->clear();
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t cp = Load<uint32_t>(p, i);
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return kBatchInvalidText;
+        PutUtf8(cp, scratch);
+      }
+      *out = rocksdb::Slice(*scratch);
+      return kBatchOk;
+    }
+    case kColSlices:
+      *out = c.slices[row];
+      return kBatchOk;
+    default:
+      return kBatchUnsupported;
+  }
+}
+
+void PutF32(double d, std::string* out) {
+  const float f = static_cast<float>(d);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  PutBE32(out, bits);
+}
+
+int EncodeInt(int64_t v, Codec codec, std::string* out) {
+  switch (codec) {
+    case kI64:
+      PutBE64(out, static_cast<uint64_t>(v));
+      return kBatchOk;
+    case kI32:
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+        return kBatchValueOutOfRange;
+      }
+      PutBE32(out, static_cast<uint32_t>(static_cast<int32_t>(v)));
+      return kBatchOk;
+    case kAny:
+      out->push_back(static_cast<char>(kTagInt));
+      PutBE64(out, static_cast<uint64_t>(v));
+      return kBatchOk;
+    case kF64:
+      PutBE64(out, DoubleBits(static_cast<double>(v)));
+      return kBatchOk;
+    case kF32:
+      PutF32(static_cast<double>(v), out);
+      return kBatchOk;
+    case kOrdI64:
+      PutBE64(out, OrderedI64(v));
+      return kBatchOk;
+    case kOrdF64:
+      PutBE64(out, OrderedF64(static_cast<double>(v)));
+      return kBatchOk;
+    default:
+      return kBatchUnsupported;
+  }
+}
+
+int EncodeDouble(double d, Codec codec, bool is_key, std::string* out) {
+  if (is_key) d = NormalizeKeyDouble(d);  // keys compare by value, as in the scalar path
+  switch (codec) {
+    case kF64:
+      PutBE64(out, DoubleBits(d));
+      return kBatchOk;
+    case kF32:
+      PutF32(d, out);
+      return kBatchOk;
+    case kAny:
+      out->push_back(static_cast<char>(kTagFloat));
+      PutBE64(out, DoubleBits(d));
+      return kBatchOk;
+    case kOrdF64:
+      PutBE64(out, OrderedF64(d));
+      return kBatchOk;
+    default:
+      return kBatchUnsupported;
+  }
+}
+
+int EncodeBytes(const rocksdb::Slice& s, bool text, Codec codec, std::string* out) {
+  switch (codec) {
+    case kAny:
+      out->push_back(static_cast<char>(text ? kTagStr : kTagBytes));
+      PutVarint(out, s.size());
+      out->append(s.data(), s.size());
+      return kBatchOk;
+    case kStr:
+    case kBytes:
+      PutVarint(out, s.size());
+      out->append(s.data(), s.size());
+      return kBatchOk;
+    case kOrdStr:
+    case kOrdBytes:
+      out->append(s.data(), s.size());
+      return kBatchOk;
+    default:
+      return kBatchUnsupported;
+  }
+}
+
+// A number operand as the scalar add() of a native reducer would merge it: DOUBLE states
+// merge doubles, BIGINT states integers, ANY states keep the value's own kind.
+bool RowNumber(const ColumnView& c, size_t row, Codec codec, Number* n) {
+  if (c.kind == kColInt64) {
+    const int64_t v = Load<int64_t>(c.data, row);
+    if (codec == kF64) {
+      n->is_int = false;
+      n->d = static_cast<double>(v);
+    } else {
+      n->is_int = true;
+      n->i = v;
+    }
+    return true;
+  }
+  if (c.kind == kColFloat64) {
+    n->is_int = false;
+    n->d = Load<double>(c.data, row);
+    return true;
+  }
+  rocksdb::Slice s;
+  std::string unused;
+  if (!c.encoded || RowBytes(c, row, &s, &unused) != kBatchOk) return false;
+  return ReadNumber(codec, s.data(), s.size(), n);
+}
+
+rocksdb::Status Invalid(BatchError* err, int code, size_t row) {
+  err->code = code;
+  err->row = row;
+  return rocksdb::Status::InvalidArgument("batch row rejected");
+}
+
+}  // namespace
+
+bool CanEncodeColumn(int kind, bool text, Codec codec, bool is_key) {
+  switch (kind) {
+    case kColInt64:
+      if (codec == kI64 || codec == kI32 || codec == kF64 || codec == kF32) return true;
+      return !is_key && (codec == kAny || codec == kOrdI64 || codec == kOrdF64);
+    case kColFloat64:
+      if (codec == kF64 || codec == kF32) return true;
+      return !is_key && (codec == kAny || codec == kOrdF64);
+    case kColBool:
+      return codec == kBool || (!is_key && codec == kAny);
+    default:
+      if (!IsByteKind(kind)) return false;
+      if (text) return codec == kStr || (!is_key && (codec == kAny || codec == kOrdStr));
+      return codec == kBytes || (!is_key && (codec == kAny || codec == kOrdBytes));
+  }
+}
+
+bool CanMergeNumbers(int kind, Codec codec) {
+  if (kind == kColInt64) return codec == kI64 || codec == kF64 || codec == kAny;
+  if (kind == kColFloat64) return codec == kF64 || codec == kAny;
+  return false;
+}
+
+int EncodeColumnRow(const ColumnView& col, size_t row, Codec codec, bool is_key,
+                    std::string* out, std::string* scratch) {
+  switch (col.kind) {
+    case kColInt64:
+      return EncodeInt(Load<int64_t>(col.data, row), codec, out);
+    case kColFloat64:
+      return EncodeDouble(Load<double>(col.data, row), codec, is_key, out);
+    case kColBool: {
+      const bool b = col.data[row] != 0;
+      if (codec == kBool) {
+        out->push_back(b ? 1 : 0);
+      } else if (codec == kAny) {
+        out->push_back(static_cast<char>(b ? kTagTrue : kTagFalse));
+      } else {
+        return kBatchUnsupported;
+      }
+      return kBatchOk;
+    }
+    default: {
+      rocksdb::Slice s;
+      const int rc = RowBytes(col, row, &s, scratch);
+      if (rc != kBatchOk) return rc;
+      if (col.encoded) {
+        out->append(s.data(), s.size());
+        return kBatchOk;
+      }
+      return EncodeBytes(s, col.text, codec, out);
+    }
+  }
+}
+
+bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnView* user_keys,
+                     Codec uk_codec, BatchError* err) {
+  const size_t n = keys.size;
+  if (n >= std::numeric_limits<uint32_t>::max()) {
+    err->code = kBatchTooLarge;
+    return false;
+  }
+  const Codec key_codec = t.schema->columns().size() == 1 ? t.schema->columns()[0] : kVoid;
+  CompositeKeyBuilder builder(t.prefix_bytes, t.schema->variable_length());
+  std::string key, uk, scratch;
+  arena_.clear();
+  // Fixed-width keys make the arena's size known up front; growing it would copy and fault
+  // in fresh pages several times per batch.
+  arena_.reserve(n * (t.prefix_bytes + 8 + t.ns->size() + (user_keys != nullptr ? 9 : 0)));
+  offsets_.assign(1, 0);
+  offsets_.reserve(n + 1);
+  for (size_t row = 0; row < n; ++row) {
+    key.clear();
+    int rc = keys.encoded ? EncodeColumnRow(keys, row, kVoid, true, &key, &scratch)
+                          : EncodeColumnRow(keys, row, key_codec, true, &key, &scratch);
+    if (rc != kBatchOk) {
+      err->code = rc;
+      err->row = row;
+      return false;
+    }
+    int32_t hash;
+    if (!t.schema->Hash(key.data(), key.size(), &hash)) {
+      err->code = kBatchBadKey;
+      err->row = row;
+      return false;
+    }
+    const int32_t kg = KeyGroupForHash(hash, t.max_parallelism);
+    if (kg < t.kg_start || kg > t.kg_end) {
+      err->code = kBatchKeyGroupOutOfRange;
+      err->row = row;
+      err->key_group = kg;
+      return false;
+    }
+    builder.SetKey(kg, key.data(), key.size());
+    if (user_keys != nullptr) {
+      uk.clear();
+      rc = EncodeColumnRow(*user_keys, row, uk_codec, false, &uk, &scratch);
+      if (rc != kBatchOk) {
+        err->code = rc;
+        err->row = row;
+        err->user_key = true;
+        return false;
+      }
+      const std::string& ck = builder.BuildWithUserKey(*t.ns, t.ns_variable, uk.data(), uk.size());
+      arena_.append(ck);
+    } else {
+      arena_.append(builder.Build(*t.ns, t.ns_variable));
+    }
+    offsets_.push_back(arena_.size());
+  }
+
+  // Sort on the first 8 key bytes, then the rest, then the row: one cheap integer compare
+  // decides most pairs, and the row tie-break keeps duplicates in input order.
+  struct Entry {
+    uint64_t head;
+    uint32_t row;
+  };
+  std::vector<Entry> entries(n);
+  for (size_t row = 0; row < n; ++row) {
+    const rocksdb::Slice k = row_key(row);
+    char buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(buf, k.data(), std::min<size_t>(8, k.size()));
+    entries[row] = {GetBE64(buf), static_cast<uint32_t>(row)};
+  }
+  std::sort(entries.begin(), entries.end(), [this](const Entry& a, const Entry& b) {
+    if (a.head != b.head) return a.head < b.head;
+    const int c = row_key(a.row).compare(row_key(b.row));
+    if (c != 0) return c < 0;
+    return a.row < b.row;
+  });
+  order_.resize(n);
+  group_of_.resize(n);
+  group_start_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t row = entries[i].row;
+    order_[i] = row;
+    if (i == 0 || row_key(order_[i - 1]) != row_key(row)) {
+      group_start_.push_back(static_cast<uint32_t>(i));
+    }
+    group_of_[row] = static_cast<uint32_t>(group_start_.size() - 1);
+  }
+  group_start_.push_back(static_cast<uint32_t>(n));
+  return true;
+}
+
+rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const ColumnView& values,
+                         Codec value_codec, bool map_values, bool per_group, BatchError* err) {
+  rocksdb::WriteBatch wb;
+  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+  std::string val, scratch;
+  const auto& order = batch.order();
+  const auto& start = batch.group_start();
+  for (size_t g = 0; g < batch.groups(); ++g) {
+    const size_t row = per_group ? g : order[start[g + 1] - 1];  // the last write wins
+    if (values.is_null != nullptr && values.is_null[row]) {
+      rocksdb::Status st = wb.Delete(h, batch.group_key(g));
+      if (!st.ok()) return st;
+      continue;
+    }
+    val.clear();
+    if (map_values && !values.encoded) val.push_back(0);  // Flink's "value is not null" flag
+    const int rc = EncodeColumnRow(values, row, value_codec, false, &val, &scratch);
+    if (rc != kBatchOk) return Invalid(err, rc, row);
+    rocksdb::Status st = wb.Put(h, batch.group_key(g), val);
+    if (!st.ok()) return st;
+  }
+  return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+}
+
+rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
+                                  const ColumnView& values, Codec codec, NumericOp op,
+                                  bool count, BatchError* err) {
+  rocksdb::WriteBatch wb;
+  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+  std::string operand;
+  const auto& order = batch.order();
+  const auto& start = batch.group_start();
+  for (size_t g = 0; g < batch.groups(); ++g) {
+    Number acc;
+    if (count) {
+      // COUNT merges 1 per element, so the pre-aggregate is the group size, in the state's codec.
+      acc.is_int = codec != kF64;
+      acc.i = static_cast<int64_t>(start[g + 1] - start[g]);
+      acc.d = static_cast<double>(acc.i);
+    } else {
+      for (size_t i = start[g]; i < start[g + 1]; ++i) {
+        Number n;
+        if (!RowNumber(values, order[i], codec, &n)) return Invalid(err, kBatchUnsupported, order[i]);
+        acc = i == start[g] ? n : CombineNumbers(op, acc, n);
+      }
+    }
+    operand.clear();
+    WriteNumber(codec, acc, &operand);
+    rocksdb::Status st = wb.Merge(h, batch.group_key(g), operand);
+    if (!st.ok()) return st;
+  }
+  return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+}
+
+rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
+                               const ColumnView& values, Codec codec, BatchError* err) {
+  rocksdb::WriteBatch wb;
+  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+  std::string joined, scratch;
+  const auto& order = batch.order();
+  const auto& start = batch.group_start();
+  for (size_t g = 0; g < batch.groups(); ++g) {
+    joined.clear();
+    for (size_t i = start[g]; i < start[g + 1]; ++i) {
+      if (i != start[g]) joined.push_back(kListDelimiter);
+      const int rc = EncodeColumnRow(values, order[i], codec, false, &joined, &scratch);
+      if (rc != kBatchOk) return Invalid(err, rc, order[i]);
+    }
+    rocksdb::Status st = wb.Merge(h, batch.group_key(g), joined);
+    if (!st.ok()) return st;
+  }
+  return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+}
+
+rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out) {
+  const size_t groups = batch.groups();
+  out->found.assign(groups, 0);
+  out->data.clear();
+  out->offsets.assign(1, 0);
+  out->offsets.reserve(groups + 1);
+  rocksdb::ReadOptions ro;
+  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+  std::vector<rocksdb::Slice> keys;
+  std::vector<rocksdb::PinnableSlice> vals(std::min(groups, kMultiGetChunk));
+  std::vector<rocksdb::Status> statuses(vals.size());
+  for (size_t base = 0; base < groups; base += kMultiGetChunk) {
+    const size_t m = std::min(kMultiGetChunk, groups - base);
+    keys.clear();
+    for (size_t g = base; g < base + m; ++g) keys.push_back(batch.group_key(g));
+    for (size_t i = 0; i < m; ++i) vals[i].Reset();
+    // Groups are in key order already, so RocksDB may skip its own sort.
+    db->raw()->MultiGet(ro, h, m, keys.data(), vals.data(), statuses.data(), true);
+    for (size_t i = 0; i < m; ++i) {
+      if (statuses[i].ok()) {
+        out->found[base + i] = 1;
+        out->data.append(vals[i].data(), vals[i].size());
+      } else if (!statuses[i].IsNotFound()) {
+        return statuses[i];
+      }
+      out->offsets.push_back(out->data.size());
+    }
+  }
+  return rocksdb::Status::OK();
+}
+
+namespace {
+
+template <typename T, typename Convert>
+bool Scatter(const KeyBatch& batch, const BatchValues& values, Codec codec, bool skip_map_flag,
+             T fill, T* out, uint8_t* found, BatchError* err, Convert convert) {
+  const size_t groups = batch.groups();
+  std::vector<T> per_group(groups, fill);
+  std::vector<uint8_t> present(groups, 0);
+  for (size_t g = 0; g < groups; ++g) {
+    if (!values.found[g]) continue;
+    present[g] = 1;
+    rocksdb::Slice v = values.value(g);
+    if (skip_map_flag) {
+      if (v.empty()) {
+        Invalid(err, kBatchCorrupt, batch.order()[batch.group_start()[g]]);
+        return false;
+      }
+      if (v[0] == 1) continue;  // an entry whose value is None
+      v.remove_prefix(1);
+    }
+    Number n;
+    if (!ReadNumber(codec, v.data(), v.size(), &n)) {
+      Invalid(err, kBatchCorrupt, batch.order()[batch.group_start()[g]]);
+      return false;
+    }
+    per_group[g] = convert(n);
+  }
+  const auto& group_of = batch.group_of();
+  for (size_t row = 0; row < batch.rows(); ++row) {
+    out[row] = per_group[group_of[row]];
+    found[row] = present[group_of[row]];
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ScatterInt64(const KeyBatch& batch, const BatchValues& values, Codec codec,
+                  bool skip_map_flag, int64_t fill, int64_t* out, uint8_t* found,
+                  BatchError* err) {
+  return Scatter<int64_t>(batch, values, codec, skip_map_flag, fill, out, found, err,
+                          [](const Number& n) { return n.is_int ? n.i : static_cast<int64_t>(n.d); });
+}
+
+bool ScatterFloat64(const KeyBatch& batch, const BatchValues& values, Codec codec,
+                    bool skip_map_flag, double fill, double* out, uint8_t* found,
+                    BatchError* err) {
+  return Scatter<double>(batch, values, codec, skip_map_flag, fill, out, found, err,
+                         [](const Number& n) { return n.AsDouble(); });
+}
+
+}  // namespace stateengine
