@@ -7,16 +7,6 @@
 #include "keygroups.h"
 
 namespace stateengine {
-namespace {
-
-std::string Bound(int32_t kg, int prefix_bytes) {
-  std::string s(prefix_bytes, '\0');
-  WriteKeyGroupPrefix(kg, prefix_bytes, &s[0]);
-  return s;
-}
-
-}  // namespace
-
 rocksdb::Status CreateCheckpoint(StateDB* db, const std::string& dir) {
   rocksdb::Checkpoint* raw = nullptr;
   rocksdb::Status st = rocksdb::Checkpoint::Create(db->raw(), &raw);
@@ -30,12 +20,13 @@ rocksdb::Status ClipToKeyGroupRange(StateDB* db, int prefix_bytes, int32_t kg_st
   for (size_t cf = 0; cf < db->num_column_families(); ++cf) {
     rocksdb::Status st;
     if (kg_start > 0) {
-      st = db->DeleteRange(static_cast<int>(cf), Bound(0, prefix_bytes), Bound(kg_start, prefix_bytes));
+      st = db->DeleteRange(static_cast<int>(cf), KeyGroupBound(0, prefix_bytes),
+                           KeyGroupBound(kg_start, prefix_bytes));
       if (!st.ok()) return st;
     }
     if (kg_end + 1 < max_parallelism) {
-      st = db->DeleteRange(static_cast<int>(cf), Bound(kg_end + 1, prefix_bytes),
-                           Bound(max_parallelism, prefix_bytes));
+      st = db->DeleteRange(static_cast<int>(cf), KeyGroupBound(kg_end + 1, prefix_bytes),
+                           KeyGroupBound(max_parallelism, prefix_bytes));
       if (!st.ok()) return st;
     }
   }
@@ -46,8 +37,8 @@ rocksdb::Status CopyKeyGroupRange(StateDB* src, StateDB* dst,
                                   const std::vector<std::pair<int, int>>& cf_map,
                                   int prefix_bytes, int32_t kg_start, int32_t kg_end,
                                   uint64_t* entries) {
-  const std::string lower = Bound(kg_start, prefix_bytes);
-  const std::string upper = Bound(kg_end + 1, prefix_bytes);
+  const std::string lower = KeyGroupBound(kg_start, prefix_bytes);
+  const std::string upper = KeyGroupBound(kg_end + 1, prefix_bytes);
   rocksdb::Slice upper_slice(upper);
   constexpr size_t kBatchBytes = 4 << 20;
   for (const auto& [from, to] : cf_map) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace stateengine {
 
@@ -53,6 +54,14 @@ inline void WriteKeyGroupPrefix(int32_t kg, int prefix_bytes, char* out) {
     out[0] = static_cast<char>((kg >> 8) & 0xFF);
     out[1] = static_cast<char>(kg & 0xFF);
   }
+}
+
+// The key-group prefix alone: the lower bound of key group kg's keys (and the exclusive upper
+// bound of kg - 1's), for range scans and range deletes.
+inline std::string KeyGroupBound(int32_t kg, int prefix_bytes) {
+  std::string s(prefix_bytes, '\0');
+  WriteKeyGroupPrefix(kg, prefix_bytes, &s[0]);
+  return s;
 }
 
 inline int32_t ReadKeyGroupPrefix(const char* in, int prefix_bytes) {

@@ -10,12 +10,6 @@
 namespace stateengine {
 namespace {
 
-std::string KeyGroupBound(int32_t kg, int prefix_bytes) {
-  std::string s(prefix_bytes, '\0');
-  WriteKeyGroupPrefix(kg, prefix_bytes, &s[0]);
-  return s;
-}
-
 // Sink for one key group: snappy framed or raw, so the writer loop has one shape.
 class GroupSink {
  public:

@@ -7,7 +7,6 @@ API returns and, where the layout matters, the raw RocksDB bytes.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -16,8 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stateengine import (AggregateFunction, AggregatingStateDescriptor, KeyedStateBackend,
-                         KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
+from stateengine import (AggregateFunction, AggregatingStateDescriptor, KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
                          ListStateDescriptor, MapStateDescriptor, NullElementError,
                          ReducingStateDescriptor, SerializationError, SortedMapStateDescriptor,
                          ValueStateDescriptor, aggregates, reducers)
@@ -25,21 +23,6 @@ from stateengine import (AggregateFunction, AggregatingStateDescriptor, KeyedSta
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-_counter = itertools.count()
-
-
-@pytest.fixture
-def make_backend(tmp_path):
-    backends = []
-
-    def make(**kwargs):
-        b = KeyedStateBackend(tmp_path / f"b{next(_counter)}", **kwargs)
-        backends.append(b)
-        return b
-
-    yield make
-    for b in backends:
-        b.dispose()
 
 
 def scalar_values(backend, state, keys, read):

@@ -4,7 +4,6 @@ one clear build error (RocksDBNotFound, a SystemExit) that says what to install.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest

@@ -18,7 +18,6 @@ from typing import Any, Iterator, Sequence
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from .. import _native
 from ..backend import KeyedStateBackend
