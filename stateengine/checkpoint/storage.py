@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
+from collections import OrderedDict
 
 import pyarrow.fs as pafs
 
@@ -19,6 +21,39 @@ from ..errors import CheckpointNotFoundError, CorruptionError, StorageError
 from .handles import FileRef
 
 _COPY_CHUNK = 4 << 20
+
+# Checkpoint files never change after they are published (unique names, written once), so a
+# file whose identity and stat are unchanged since it was verified needs no second full read.
+# Tasks that restore on every batch (a partition landing on another Python worker) would
+# otherwise re-read the whole state just to checksum it. Keyed by (device, inode, size, mtime):
+# hard links share the entry, and any write to the file changes its mtime.
+_VERIFIED: "OrderedDict[tuple[int, int, int, int], int]" = OrderedDict()
+_VERIFIED_LIMIT = 200_000
+_verified_lock = threading.Lock()
+
+
+def _stat_key(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _checksum(path: str) -> tuple[int, int, tuple[int, int, int, int]]:
+    """(crc32c, size, stat key) of a local file, reusing an earlier verification."""
+    key = _stat_key(path)
+    with _verified_lock:
+        crc = _VERIFIED.get(key)
+    if crc is not None:
+        return crc, key[2], key
+    crc, size = _native.file_crc32c(path)
+    return crc, size, key
+
+
+def _remember(key: tuple[int, int, int, int], crc: int) -> None:
+    with _verified_lock:
+        _VERIFIED[key] = crc
+        _VERIFIED.move_to_end(key)
+        while len(_VERIFIED) > _VERIFIED_LIMIT:
+            _VERIFIED.popitem(last=False)
 
 
 class CheckpointStorage:
@@ -153,7 +188,8 @@ class CheckpointStorage:
         self.verify_local(ref, local_file)
 
     def verify_local(self, ref: FileRef, local_file: str) -> None:
-        crc, size = _native.file_crc32c(local_file)
+        """Checks size and CRC-32C against the handle (once per unchanged file per process)."""
+        crc, size, key = _checksum(local_file)
         if size != ref.size:
             raise CorruptionError(
                 f"checkpoint file {self.describe(ref.path)} has {size} bytes but its handle "
@@ -162,6 +198,7 @@ class CheckpointStorage:
             raise CorruptionError(
                 f"checkpoint file {self.describe(ref.path)} is corrupted: CRC-32C {crc:#010x} "
                 f"differs from the recorded {ref.crc32c:#010x}")
+        _remember(key, crc)
 
     def open_verified(self, ref: FileRef, scratch_dir: str) -> str:
         """A verified local path holding ref: the file itself on local storage (after its
