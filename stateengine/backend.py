@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from typing import Any, Iterator
 
 from typing import Sequence
@@ -268,8 +269,10 @@ class KeyedStateBackend(_native.NativeBackend):
                    extra: dict | None = None) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
-        ``chk-<id>``); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
-        private = private_dir or f"chk-{checkpoint_id}"
+        ``chk-<id>/kg<start>-<end>-<unique>``, so several backends may checkpoint the same id
+        into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
+        private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
+                                  f"{uuid.uuid4().hex[:12]}")
         return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
                                              manifest_path, shared_dir, extra)
 
