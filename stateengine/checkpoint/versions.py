@@ -124,7 +124,10 @@ class VersionCatalog:
         return int(self._read_json(rel)["num_partitions"])
 
     def handles_for(self, version: int, target: KeyGroupRange) -> list[IncrementalHandle]:
-        """Handles of version whose ranges cover target, from one consistent set of manifests."""
+        """Every handle of the one consistent set of manifests of version that covers target.
+
+        Handles whose ranges miss target are included too: restore skips their keyed state,
+        but operator state is redistributed from all old instances (union and even split)."""
         manifests = self.manifests(version)
         if not manifests:
             known = self.versions()
@@ -145,7 +148,7 @@ class VersionCatalog:
             handles = [handle_from_dict(doc) for _, doc in sorted(by_n[n], key=lambda t: t[0])]
             covering = [h for h in handles if not h.key_group_range.intersection(target).is_empty()]
             if _covers(covering, target):
-                return covering  # type: ignore[return-value]
+                return handles  # type: ignore[return-value]
         raise CheckpointNotFoundError(
             f"version {version} of {self.describe()} is incomplete: no committed set of "
             f"partitions covers key groups {target.start}..{target.end}")
