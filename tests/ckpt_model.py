@@ -360,3 +360,76 @@ def keys_in_range(keys: Iterable[Any], kgr: KeyGroupRange, max_parallelism: int,
     from stateengine import assign_key_group
 
     return [k for k in keys if assign_key_group(k, max_parallelism, key_type) in kgr]
+
+
+def random_ops(rng, keys: list, count: int, namespaces=NAMESPACES) -> list[tuple]:
+    """``count`` operations of every kind on random keys and namespaces (no operator state)."""
+    out = []
+    for _ in range(count):
+        key, ns, n = rng.choice(keys), rng.choice(namespaces), rng.randrange(-100, 1000)
+        kind = rng.randrange(17)
+        out.append([
+            ("value_update", key, ns, n if n % 4 else f"v{n}"),
+            ("value_clear", key, ns, None),
+            ("list_add", key, ns, n),
+            ("list_add_all", key, ns, [n, str(n)]),
+            ("list_update", key, ns, [n] if n % 3 else []),
+            ("map_put", key, ns, (n % 7, None if n % 5 == 0 else n)),
+            ("map_remove", key, ns, n % 7),
+            ("map_clear", key, ns, None) if n % 6 == 0 else ("map_put", key, ns, ("k", n)),
+            ("sorted_put", key, ns, (n % 11 - 5, f"s{n}")),
+            ("sorted_remove", key, ns, n % 11 - 5),
+            ("sum_add", key, ns, n),
+            ("concat_add", key, ns, chr(97 + n % 26)),
+            ("sumcount_add", key, ns, n),
+            ("count_add", key, ns, n),
+            ("merging_clear", key, ns, rng.choice(["sum", "concat", "sumcount", "count"])),
+            ("event_timer", key, ns, n) if n % 5 else ("event_timer_delete", key, ns, n),
+            ("processing_timer", key, ns, n) if n % 5 else ("processing_timer_delete", key, ns, n),
+        ][kind])
+    return out
+
+
+def peek_timers(backend: KeyedStateBackend, which: str = "event") -> set:
+    """The timers of a backend with single bigint keys, read without firing them: parses the
+    raw timer column family ([kg][ts ^ sign bit, BE][key BE][namespace ANY])."""
+    from stateengine.timers import EVENT_TIME_CF, PROCESSING_TIME_CF
+
+    name = EVENT_TIME_CF if which == "event" else PROCESSING_TIME_CF
+    cf = backend._cf_index.get(name)
+    if cf is None:
+        return set()
+    assert backend.key_codecs == (2,), "peek_timers reads bigint keys only"
+    prefix = 1 if backend.max_parallelism <= 128 else 2
+    out = set()
+    for raw, value in backend._raw_scan(cf):
+        assert value == b""
+        ts = int.from_bytes(raw[prefix:prefix + 8], "big") ^ (1 << 63)
+        ts = ts - (1 << 64) if ts >= 1 << 63 else ts
+        key = int.from_bytes(raw[prefix + 8:prefix + 16], "big", signed=True)
+        out.add((ts, key, _decode_any(raw[prefix + 16:])))
+    return out
+
+
+def _decode_any(b: bytes) -> Any:
+    """Decodes the ANY encodings the tests use for namespaces (None, int, str, bytes)."""
+    tag, body = b[0], b[1:]
+    if tag == 0:
+        assert not body
+        return None
+    if tag == 1:
+        assert len(body) == 8
+        return int.from_bytes(body, "big", signed=True)
+    if tag in (3, 4):
+        n, shift, i = 0, 0, 0
+        while True:  # varint length
+            byte = body[i]
+            n |= (byte & 0x7F) << shift
+            i += 1
+            if not byte & 0x80:
+                break
+            shift += 7
+        data = body[i:i + n]
+        assert i + n == len(body)
+        return data.decode() if tag == 3 else data
+    raise AssertionError(f"unexpected ANY tag {tag}")
