@@ -122,7 +122,8 @@ class IncrementalCheckpointer:
             finally:
                 shutil.rmtree(local_dir, ignore_errors=True)
 
-        return backend._track(AsyncSnapshot(run, cancelled.set))
+        return backend._track(AsyncSnapshot(
+            run, cancelled.set, release=lambda: shutil.rmtree(local_dir, ignore_errors=True)))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms a checkpoint: its SSTs become the base of the next checkpoint, and with
