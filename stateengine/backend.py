@@ -317,6 +317,15 @@ class KeyedStateBackend(_native.NativeBackend):
                 pass
         self._pending.clear()
 
+    def _seal(self, reason: str) -> None:
+        """Refuses every later write, operator state included, with IllegalStoreStateError."""
+        super()._seal(reason)
+        self.operator_state._sealed = reason
+
+    def _unseal(self) -> None:
+        super()._unseal()
+        self.operator_state._sealed = None
+
     # ---- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
