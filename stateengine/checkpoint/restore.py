@@ -102,8 +102,12 @@ def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list
         return cls(path, max_parallelism, target, key_type)
     base = max(relevant, key=lambda h: len(h.key_group_range.intersection(target)))
     _prepare(path)
-    _materialize(base, os.path.join(path, "db"))
-    backend = cls._open_existing(path, max_parallelism, target, base.states, key_type)
+    try:
+        _materialize(base, os.path.join(path, "db"))
+        backend = cls._open_existing(path, max_parallelism, target, base.states, key_type)
+    except BaseException:  # no half-materialized directory may stay behind
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     try:
         source = CheckpointStorage(base.root).describe(f"checkpoint {base.checkpoint_id}")
         backend._check_restored_layout(base.max_parallelism, base.key_codecs, base.key_is_tuple,
