@@ -103,6 +103,14 @@ class VersionCatalog:
         if cached is not None:
             return cached
         doc = self._read_json(rel)
+        try:  # a manifest that parses as JSON must still describe a checkpoint
+            if not isinstance(doc, dict):
+                raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+            handle_from_dict(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptionError(f"checkpoint manifest {self.storage.describe(rel)} does not "
+                                  f"describe a checkpoint ({type(e).__name__}: {e}); it is "
+                                  f"corrupted") from None
         with self._lock:
             self._cache[(rel, size)] = doc
         return doc
@@ -121,7 +129,11 @@ class VersionCatalog:
         rel = f"{self.version_dir(version)}/{COMMITTED_MARKER}"
         if not self.storage.exists(rel):
             return None
-        return int(self._read_json(rel)["num_partitions"])
+        try:
+            return int(self._read_json(rel)["num_partitions"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptionError(f"commit marker {self.storage.describe(rel)} is corrupted "
+                                  f"({type(e).__name__}: {e})") from None
 
     def handles_for(self, version: int, target: KeyGroupRange) -> list[IncrementalHandle]:
         """Every handle of the one consistent set of manifests of version that covers target.
