@@ -25,7 +25,7 @@ from .backend import KeyedStateBackend
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
 from .descriptors import StateDescriptor
-from .errors import IllegalStoreStateError
+from .errors import IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 
 
@@ -193,8 +193,12 @@ class StateStore:
         self._backend._seal(f"Cannot put after already committed or aborted ({self})")
         p._backend_version = new_version
         pruned = {"versions": 0, "files": 0}
+        prune_error = None
         if p.partition_id == 0:
-            pruned = p.catalog.prune(new_version, p.min_versions_to_retain)
+            try:
+                pruned = p.catalog.prune(new_version, p.min_versions_to_retain)
+            except StateEngineError as e:  # maintenance must not fail a published commit
+                prune_error = str(e)
         self.metrics = {
             "version": new_version,
             "keys": self._backend._native_estimate_keys(),
@@ -205,6 +209,7 @@ class StateStore:
             "commit_seconds": time.perf_counter() - started,
             "versions_pruned": pruned["versions"],
             "files_deleted": pruned["files"],
+            "prune_error": prune_error,
             "load_reused_backend": p.last_load.get("reused", False),
             "load_seconds": p.last_load.get("seconds", 0.0),
         }

@@ -201,7 +201,11 @@ class VersionCatalog:
                     keep_refs.update(f["path"] for f in doc.get("shared", []))
         candidates: set[str] = set()
         for v in old:
-            for _, _, doc in self.manifests(v):
+            try:
+                docs = self.manifests(v)
+            except CorruptionError:
+                continue  # going anyway; its files become orphans for the grace-period sweep
+            for _, _, doc in docs:
                 candidates.update(f["path"] for f in doc.get("shared", []))
         deleted = 0
         for path in candidates - keep_refs:
