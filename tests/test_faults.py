@@ -518,3 +518,53 @@ def test_incompatible_descriptor_for_a_store(tmp_path, versions):
 
 def test_other_key_type(tmp_path, one_handle):
     _restore_fails(tmp_path, one_handle, IncompatibleStateError, "string", key_type=str)
+
+
+def test_damaged_manifest_of_a_pruned_version_does_not_stop_retention(tmp_path, versions):
+    (versions / "v1" / "p00000-of-00001.json").write_text("{")
+    prov = StateStoreProvider(str(tmp_path / "cp"), "op", 0, 1, key_type=int,
+                              descriptors=DESCRIPTORS, local_dir=str(tmp_path / "w"),
+                              min_versions_to_retain=1)
+    store = prov.get_store(2)
+    store.backend.set_current_key(1)
+    store.get_state(VALUE).update("v3")
+    assert store.commit() == 3
+    assert store.metrics["prune_error"] is None
+    assert prov.catalog.versions() == [3]
+    prov.catalog.prune(3, 1, orphan_grace_seconds=0)  # v1's files were left to the sweep
+    refs = {f["path"] for _, _, d in prov.catalog.manifests(3) for f in d["shared"]}
+    assert {f"op/shared/{f}" for f in os.listdir(versions / "shared")} == refs
+    prov.close()
+    want = expected(2)
+    want[1] = ("v3", want[1][1])
+    assert _read_version(tmp_path, 3) == want
+
+
+def test_failed_pruning_does_not_fail_a_published_commit(tmp_path):
+    """Pruning is maintenance: when it fails (here: a retained version's manifest is damaged,
+    so nothing can safely be deleted) the commit that already published its version succeeds
+    and reports the problem in its metrics."""
+    prov = StateStoreProvider(str(tmp_path / "cp"), "op", 0, 1, key_type=int,
+                              descriptors=DESCRIPTORS, local_dir=str(tmp_path / "w"),
+                              min_versions_to_retain=2)
+    for version in range(3):
+        store = prov.get_store(version)
+        store.backend.set_current_key(version)
+        store.get_state(VALUE).update(f"v{version + 1}")
+        assert store.commit() == version + 1
+    manifest = tmp_path / "cp" / "op" / "v3" / "p00000-of-00001.json"
+    manifest.write_text("{")
+    store = prov.get_store(3)  # reuses the open backend: the damaged manifest is not read
+    assert prov.last_load["reused"]
+    store.backend.set_current_key(9)
+    store.get_state(VALUE).update("v4")
+    assert store.commit() == 4
+    assert store.has_committed
+    assert "p00000-of-00001.json" in store.metrics["prune_error"]
+    assert prov.catalog.versions() == [2, 3, 4], "nothing may be deleted blindly"
+    prov.close()
+    reader = StateStoreProvider(str(tmp_path / "cp"), "op", 0, 1, key_type=int,
+                                descriptors=DESCRIPTORS, local_dir=str(tmp_path / "r"))
+    store = reader.get_store(4)
+    assert sorted(store.backend.get_keys("value")) == [0, 1, 2, 9]
+    reader.close()
