@@ -55,6 +55,22 @@ def default_range(handles: list[Handle]) -> KeyGroupRange:
     return KeyGroupRange(start, end)
 
 
+def uncovered(handles: list[Handle], target: KeyGroupRange) -> list[tuple[int, int]]:
+    """The key-group ranges of target that no handle's range includes."""
+    gaps, need = [], target.start
+    for r in sorted((h.key_group_range for h in handles), key=lambda r: r.start):
+        if need > target.end:
+            break
+        if r.is_empty() or r.end < need:
+            continue
+        if r.start > need:
+            gaps.append((need, min(r.start - 1, target.end)))
+        need = max(need, r.end + 1)
+    if need <= target.end:
+        gaps.append((need, target.end))
+    return gaps
+
+
 def restore_operator_state(handles: list[Handle], operator_index: int, parallelism: int,
                            scratch: str) -> OperatorStateBackend:
     snapshots = []
@@ -173,6 +189,12 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
             f"{max_parallelism} (key groups would not line up). Keep max_parallelism fixed for "
             f"the life of the state")
     target = key_group_range or default_range(hs)
+    gaps = uncovered(hs, target)
+    if gaps:
+        missing = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in gaps)
+        raise CheckpointNotFoundError(
+            f"no handle holds key groups {missing} of the restore target {target}; pass the "
+            f"handles of every instance that wrote the state")
     if hs[0].kind == "full":
         backend = cls(path, max_p, target, key_type)
         try:
