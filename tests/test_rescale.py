@@ -256,3 +256,56 @@ def test_rescale_state_store_partitions(tmp_path, old_n, new_n):
         store = single.get_store(2)
         _check_rescaled([store.backend], model, new_lists, 128)
         store.abort()
+
+
+@pytest.mark.parametrize("kind", ["full", "incremental"])
+def test_a_missing_handle_is_an_error_not_a_silent_gap(written, tmp_path, kind):
+    from stateengine import CheckpointNotFoundError
+
+    if written.parallelism == 1:
+        pytest.skip("one handle covers everything")
+    handles = (written.full if kind == "full" else written.incremental)[1:]
+    target = tmp_path / "partial"
+    with pytest.raises(CheckpointNotFoundError, match=r"key groups 0\.\.\d+ "):
+        KeyedStateBackend.restore(target, handles, KeyGroupRange.all(128))
+    assert not target.exists()
+    # a range the given handles do cover restores fine
+    last = KeyGroupRange.for_operator(written.parallelism - 1, written.parallelism, 128)
+    KeyedStateBackend.restore(tmp_path / "ok", handles, last).dispose()
+
+
+@pytest.mark.parametrize("kind", ["full", "incremental"])
+def test_instances_with_different_states_and_registration_orders(tmp_path, kind):
+    """State ids are per snapshot: instance 0 registered a, b; instance 1 registered b, c, a;
+    instance 2 only c. Restoring any range must map every state by name."""
+    from stateengine import ValueStateDescriptor
+
+    names_per_instance = [["a", "b"], ["b", "c", "a"], ["c"]]
+    want = {}
+    handles = []
+    for i, names in enumerate(names_per_instance):
+        kgr = KeyGroupRange.for_operator(i, 3, 128)
+        b = KeyedStateBackend(tmp_path / f"old{i}", key_group_range=kgr, key_type=int)
+        states = {n: b.get_state(ValueStateDescriptor(n)) for n in names}
+        for k in KEYS:
+            if b.key_group_of(k) in kgr:
+                b.set_current_key(k)
+                for n, s in states.items():
+                    s.update(f"{n}{k}")
+                    want[(n, k)] = f"{n}{k}"
+        handles.append(b.snapshot(tmp_path / "cp", f"s{i}").result() if kind == "full"
+                       else b.checkpoint(1, tmp_path / "cp").result())
+        b.dispose()
+    for q in (1, 2):
+        got = {}
+        for j in range(q):
+            r = KeyedStateBackend.restore(tmp_path / f"new{q}-{j}", handles,
+                                          KeyGroupRange.for_operator(j, q, 128))
+            for n in r.state_names:
+                s = r.get_state(ValueStateDescriptor(n))
+                for k in r.get_keys(n):
+                    r.set_current_key(k)
+                    assert (n, k) not in got
+                    got[(n, k)] = s.value()
+            r.dispose()
+        assert got == want
