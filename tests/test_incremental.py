@@ -288,3 +288,40 @@ def test_manifest_is_the_handle_plus_extra_fields(tmp_path):
         assert os.path.getsize(root / f.path) == f.size
     assert not [p for p in os.listdir(root / "m") if ".tmp" in p]
     backend.dispose()
+
+
+@pytest.mark.parametrize("clip", [False, True], ids=["same-range", "clipped"])
+def test_restored_backend_reuses_but_never_deletes_adopted_files(tmp_path, clip):
+    from stateengine import KeyGroupRange
+
+    root = str(tmp_path / "cp")
+    source = KeyedStateBackend(tmp_path / "src", key_type=int)
+    rng = random.Random(8)
+    _fill(source, range(5000), rng)
+    source._native_flush()
+    source._native_compact()
+    original = source.checkpoint(1, root).result()
+    source.dispose()
+
+    target = KeyGroupRange(0, 63) if clip else None
+    restored = KeyedStateBackend.restore(tmp_path / "restored", [original], target)
+    restored.num_retained_checkpoints = 1
+    keys = [k for k in range(5000) if restored.key_group_of(k) in restored.key_group_range]
+    _fill(restored, keys[:20], rng)
+    second = restored.checkpoint(2, root).result()
+    restored.notify_checkpoint_complete(2)
+    adopted = {f.path for f in original.shared}
+    assert second.stats["files_reused"] == len(original.shared)
+    assert adopted <= {f.path for f in second.shared}
+    # compaction replaces every SST; once checkpoint 2 is discarded, the adopted files are no
+    # longer referenced by this backend, but they belong to checkpoint 1, not to it
+    restored._native_compact()
+    restored.checkpoint(3, root).result()
+    restored.notify_checkpoint_complete(3)
+    assert adopted <= shared_files(root), "a restored backend deleted files it did not upload"
+    own = {f.path for f in second.shared} - adopted
+    assert not (own & shared_files(root)), "its own unreferenced uploads are deleted"
+    again = KeyedStateBackend.restore(tmp_path / "again", [original])
+    assert again.num_state_entries("payload") == 5000
+    again.dispose()
+    restored.dispose()
