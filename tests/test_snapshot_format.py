@@ -226,7 +226,7 @@ def _populated(root, max_parallelism=128, key_type=int, kgr=None, keys=None, big
 
 @pytest.mark.parametrize("compress", [True, False], ids=["snappy", "raw"])
 @pytest.mark.parametrize("max_parallelism,key_type", [(128, int), (128, str), (4096, int),
-                                                      (300, str)])
+                                                      (300, str), (32768, int)])
 def test_snapshot_file_parses_independently(tmp_path, compress, max_parallelism, key_type):
     backend = _populated(str(tmp_path), max_parallelism, key_type)
     handle = backend.snapshot(tmp_path / "cp", "savepoint", compress=compress).result()

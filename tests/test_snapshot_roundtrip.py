@@ -49,8 +49,8 @@ def _verify(root, handle, model: Model, key_type, with_descriptors: bool) -> Non
 
 
 @pytest.mark.parametrize("key_type", KEY_TYPES, ids=["bigint", "string", "tuple"])
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("CKPT_EXAMPLES", "15")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data(), compress=st.booleans())
 def test_model_round_trip_full_and_incremental(tmp_path, key_type, data, compress):
     root = tempfile.mkdtemp(dir=tmp_path)
@@ -120,7 +120,8 @@ def _fill_every_kind(harness: Harness, keys, namespaces) -> None:
             harness.apply(("processing_timer", key, ns, n))
 
 
-@pytest.mark.parametrize("max_parallelism", [128, 4096], ids=["1-byte-prefix", "2-byte-prefix"])
+@pytest.mark.parametrize("max_parallelism", [128, 4096, 32768],
+                         ids=["1-byte-prefix", "2-byte-prefix", "largest"])
 @pytest.mark.parametrize("compress", [True, False], ids=["snappy", "raw"])
 def test_every_kind_every_namespace_full_and_incremental(tmp_path, max_parallelism, compress):
     harness = Harness(new_backend(str(tmp_path), max_parallelism, key_type=int))

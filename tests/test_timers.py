@@ -218,10 +218,14 @@ def test_many_timers_fire_in_order_across_batches(backend):
     assert {t[1]: t[0] for t in got} == stamps
 
 
-def test_next_event_time_and_timers_of_a_sub_range(tmp_path):
-    kgr = KeyGroupRange(40, 80)
-    b = KeyedStateBackend(tmp_path / "b", key_group_range=kgr, key_type=int)
-    keys = [k for k in range(1000) if b.key_group_of(k) in kgr]
+@pytest.mark.parametrize("max_parallelism,start,end", [
+    (128, 40, 80), (128, 0, 127), (128, 127, 127), (32768, 0, 300), (32768, 32000, 32767),
+    (32768, 0, 32767), (300, 150, 299)])
+def test_next_event_time_and_timers_of_a_sub_range(tmp_path, max_parallelism, start, end):
+    kgr = KeyGroupRange(start, end)
+    b = KeyedStateBackend(tmp_path / "b", max_parallelism, key_group_range=kgr, key_type=int)
+    keys = [k for k in range(200_000) if b.key_group_of(k) in kgr][:300]
+    assert keys
     for i, key in enumerate(keys):
         register(b, key, 1000 - i)
     assert b.timer_service.next_event_time() == 1000 - (len(keys) - 1)
