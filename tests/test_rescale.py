@@ -177,22 +177,24 @@ def test_rescale_with_two_byte_key_group_prefix(tmp_path, kind):
 
 def test_rescale_twice_through_incremental_checkpoints(tmp_path):
     """3 -> 2 -> 4: the middle backends are clipped/merged RocksDB instances; their own
-    checkpoints (which reuse adopted files) must rescale again."""
+    checkpoints and full snapshots must rescale again."""
     w = _write(str(tmp_path), 3, 128, seed=11)
     middle = _restore_all(str(tmp_path), w.incremental, 2, 128)
     storage = str(tmp_path / "second")
-    handles = []
-    for b in middle:
+    handles, fulls = [], []
+    for j, b in enumerate(middle):
         handles.append(b.checkpoint(5, storage).result())
+        fulls.append(b.snapshot(storage, f"full-{j}").result())  # of a clipped RocksDB
     for b in middle:
         b.dispose()
     old_lists_2 = [{n: ("union" if n == "seen" else "split", vals)
                     for n, vals in _expected_operator_state(w.operator_lists, j, 2).items()}
                    for j in range(2)]
-    final = _restore_all(str(tmp_path), handles, 4, 128)
-    _check_rescaled(final, w.model_incremental, old_lists_2, 128)
-    for b in final:
-        b.dispose()
+    for hs in (handles, fulls):
+        final = _restore_all(str(tmp_path), hs, 4, 128)
+        _check_rescaled(final, w.model_incremental, old_lists_2, 128)
+        for b in final:
+            b.dispose()
 
 
 def test_full_and_incremental_handles_cannot_be_mixed(written, tmp_path):
