@@ -230,7 +230,8 @@ def key_strategy(key_type: Any) -> st.SearchStrategy:
     if key_type is int:
         return st.integers(-5, 40)
     if key_type is str:
-        return st.sampled_from(["", "a", "bb", "key-3", "ü", "x" * 30] + [f"k{i}" for i in range(20)])
+        return st.sampled_from(["", "a", "bb", "key-3", "ü", "x" * 30] +
+                               [f"k{i}" for i in range(20)])
     if key_type == (str, int):
         return st.tuples(st.sampled_from(["a", "b", "longer key"]), st.integers(0, 6))
     raise AssertionError(key_type)

@@ -123,8 +123,8 @@ CHILD = textwrap.dedent('''
 def _run_child_and_kill(tmp_path, mode, when):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PROJECT,
-                                                                       os.environ.get("PYTHONPATH")])))
+    path = [PROJECT, os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)))
     proc = subprocess.Popen([sys.executable, str(script), mode, str(tmp_path / "cp"),
                              str(tmp_path / "child-local")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)

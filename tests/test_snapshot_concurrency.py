@@ -195,7 +195,7 @@ def test_cancel_a_running_full_snapshot(loaded, tmp_path, compress):
     # the async part is running once its temporary file exists
     assert _wait_for(lambda: os.path.isdir(target) and any(
         f.startswith("savepoint") for f in os.listdir(target))), "the snapshot never started"
-    assert not snap.done(), "snapshot finished before it could be cancelled; make the ballast larger"
+    assert not snap.done(), "the snapshot finished before it was cancelled: more ballast"
     snap.cancel()
     with pytest.raises(SnapshotCancelledError):
         snap.result(60)
@@ -287,8 +287,9 @@ del full, inc
 import gc; gc.collect()
 print("OK")
 """
+    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")])))
+        project, os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", \

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from ckpt_model import (NAMESPACES, Harness, Model, assert_backend_matches, descriptors,
                         dump_states, new_backend, op_strategy)
-from stateengine import KeyedStateBackend, KeyGroupRange
+from stateengine import KeyedStateBackend
 from stateengine.checkpoint.handles import handle_from_dict
 
 KEY_TYPES = [int, str, (str, int)]
