@@ -196,7 +196,8 @@ class StateStore:
         prune_error = None
         if p.partition_id == 0:
             try:
-                pruned = p.catalog.prune(new_version, p.min_versions_to_retain)
+                pruned = p.catalog.prune(new_version, p.min_versions_to_retain,
+                                         num_partitions=p.num_partitions)
             except StateEngineError as e:  # maintenance must not fail a published commit
                 prune_error = str(e)
         self.metrics = {

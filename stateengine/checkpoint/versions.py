@@ -182,13 +182,37 @@ class VersionCatalog:
         self.storage.write_atomic(f"{self.version_dir(version)}/{COMMITTED_MARKER}",
                                   json.dumps({"num_partitions": num_partitions}).encode())
 
+    def slowest_partition_version(self, latest: int, num_partitions: int) -> int:
+        """The oldest of the newest versions (<= latest) that the partitions of num_partitions
+        committed; a partition without any is taken to be committing on top of latest - 1."""
+        missing = set(range(num_partitions))
+        slowest = latest
+        for v in reversed(self.versions()):
+            if not missing:
+                break
+            if v > latest:
+                continue
+            for info in self.storage.list_dir(self.version_dir(v)):
+                m = _MANIFEST.match(info.base_name)
+                if m and int(m.group(2)) == num_partitions and int(m.group(1)) in missing:
+                    missing.discard(int(m.group(1)))
+                    slowest = min(slowest, v)
+        return min(slowest, latest - 1) if missing else slowest
+
     def prune(self, latest: int, min_versions_to_retain: int,
-              orphan_grace_seconds: float = 3600.0, now_ms: int | None = None) -> dict[str, int]:
+              orphan_grace_seconds: float = 3600.0, now_ms: int | None = None,
+              num_partitions: int | None = None) -> dict[str, int]:
         """Deletes versions older than the newest ``min_versions_to_retain`` (counting back from
         ``latest``) and the shared files only they referenced; shared files that no manifest
-        ever referenced (crashed uploads) go once older than ``orphan_grace_seconds``."""
+        ever referenced (crashed uploads) go once older than ``orphan_grace_seconds``.
+
+        With ``num_partitions``, counting starts from the slowest partition instead: a
+        partition that has not committed ``latest`` yet reuses the files of its own newest
+        version, which must survive until it has."""
         import time
 
+        if num_partitions is not None:
+            latest = min(latest, self.slowest_partition_version(latest, num_partitions))
         cutoff = latest - min_versions_to_retain + 1
         versions = self.versions()
         old = [v for v in versions if v < cutoff]
