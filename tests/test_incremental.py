@@ -325,3 +325,59 @@ def test_restored_backend_reuses_but_never_deletes_adopted_files(tmp_path, clip)
     assert again.num_state_entries("payload") == 5000
     again.dispose()
     restored.dispose()
+
+
+def test_retention_waits_for_the_slowest_partition(tmp_path):
+    """Partition 0 prunes, but the other partitions of the same batch may not have committed
+    yet: their next commit reuses the files of their own newest version, which must survive,
+    also right after a change of num_partitions."""
+    root = str(tmp_path / "cp")
+    value = ValueStateDescriptor("v", str)
+    expected = {}
+
+    def providers(n):
+        return [StateStoreProvider(root, "op", p, n, key_type=int, descriptors=[value],
+                                   local_dir=str(tmp_path / f"l{n}-{p}"), min_versions_to_retain=1)
+                for p in range(n)]
+
+    def batch(prov, version):
+        store = prov.get_store(version)
+        for k in range(300):
+            if store.backend.key_group_of(k) in prov.key_group_range and k % (version + 2) == 0:
+                store.backend.set_current_key(k)
+                store.get_state(value).update(f"{k}@{version + 1}")
+                expected[k] = f"{k}@{version + 1}"
+        return store.commit()
+
+    def check(version):
+        reader = StateStoreProvider(root, "op", 0, 1, key_type=int, descriptors=[value],
+                                    local_dir=str(tmp_path / f"reader-{version}"))
+        store = reader.get_store(version)
+        got = {}
+        for k in store.backend.get_keys("v"):
+            store.backend.set_current_key(k)
+            got[k] = store.get_state(value).value()
+        reader.close()
+        assert got == expected
+
+    two = providers(2)
+    for version in range(4):
+        assert batch(two[0], version) == version + 1
+        if version >= 1:  # partition 1 is still on `version`: it must stay
+            assert version in two[0].catalog.versions()
+        assert batch(two[1], version) == version + 1
+        check(version + 1)
+    three = providers(3)  # rescale: all three start from version 4, written by two
+    assert batch(three[0], 4) == 5
+    assert 4 in three[0].catalog.versions()
+    for prov in three[1:]:
+        assert batch(prov, 4) == 5
+    check(5)
+    for prov in three:
+        batch(prov, 5)
+    check(6)
+    assert three[0].catalog.versions() == [5, 6]  # partition 0 pruned before the others ran
+    batch(three[0], 6)
+    assert three[0].catalog.versions() == [6, 7]
+    for prov in two + three:
+        prov.close()
