@@ -167,7 +167,10 @@ class StateStore:
             f"get_store(version) to make new changes")
 
     def commit(self) -> int:
-        """Publishes this store's state as version + 1 and returns that version."""
+        """Publishes this store's state as version + 1 and returns that version.
+
+        Partition 0 then prunes old versions; pruning is maintenance, so its failure is
+        reported in ``metrics["prune_error"]`` and does not undo or fail the commit."""
         if self.state is not StoreState.UPDATING:
             self._refuse("commit")
         p = self._provider

@@ -5,6 +5,11 @@ processing time) reaches its timestamp, and is stored in its own column family w
 ``[key group][timestamp][key][namespace]`` so that due timers are found by a short scan per
 key group. Timers are part of every snapshot and move with their key group when rescaling.
 Registering the same (timestamp, key, namespace) twice keeps one timer.
+
+Firing follows Flink's queue: each timer fires when it is the earliest one queued, so due
+timers registered (or deleted) while firing take effect within the same advance, and timers
+not yet fired when the caller stops iterating stay registered. Snapshots belong between
+advances, as in Flink: timers taken out for firing are not in RocksDB until they are done.
 """
 
 from __future__ import annotations
@@ -122,7 +127,8 @@ class TimerService:
         """Fires every event-time timer with timestamp <= watermark, in time order.
 
         Each timer is removed, then the backend's current key is set to the timer's key and the
-        timer is yielded; timers registered while iterating fire too if they are due.
+        timer is yielded; timers registered while iterating fire too if they are due, deleted
+        ones do not fire, and stopping early keeps the timers not yet fired.
         """
         self._watermark = max(self._watermark, _ts(watermark))
         return self._fire(EVENT_TIME_CF, watermark)

@@ -5,7 +5,8 @@ Incremental checkpoints: the handle overlapping the target range most becomes th
 (its files are opened directly); if it covers more than the target range it is clipped with
 DeleteRange; the key groups the target needs from other handles are copied from temporary
 instances of those handles. Either way every file is checked against its recorded size and
-CRC-32C first, and a failed restore disposes the partial backend before raising.
+CRC-32C first, the handles' ranges must cover the target range, and a failed restore disposes
+the partial backend (and any files it placed) before raising.
 """
 
 from __future__ import annotations
