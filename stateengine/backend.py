@@ -261,6 +261,7 @@ class KeyedStateBackend(_native.NativeBackend):
                  compress: bool = True) -> AsyncSnapshot[FullSnapshotHandle]:
         """Starts a full snapshot (savepoint layout) to ``name`` under ``target`` (a directory
         or URI). Writes after this call returns are not in it; ``result()`` gives the handle."""
+        self.timer_service._return_in_flight()
         return take_full_snapshot(self, as_storage(target), name, compress)
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
@@ -273,6 +274,7 @@ class KeyedStateBackend(_native.NativeBackend):
         into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
         private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
                                   f"{uuid.uuid4().hex[:12]}")
+        self.timer_service._return_in_flight()
         return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
                                              manifest_path, shared_dir, extra)
 

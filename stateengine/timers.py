@@ -8,8 +8,8 @@ Registering the same (timestamp, key, namespace) twice keeps one timer.
 
 Firing follows Flink's queue: each timer fires when it is the earliest one queued, so due
 timers registered (or deleted) while firing take effect within the same advance, and timers
-not yet fired when the caller stops iterating stay registered. Snapshots belong between
-advances, as in Flink: timers taken out for firing are not in RocksDB until they are done.
+not yet fired when the caller stops iterating stay registered (also in a snapshot taken
+between two fired timers).
 """
 
 from __future__ import annotations
@@ -165,6 +165,13 @@ class TimerService:
                     self._put_back(cf, firing)
                 except StateEngineError:
                     pass  # the backend was closed or sealed meanwhile
+
+    def _return_in_flight(self) -> None:
+        """Puts timers taken out for firing but not fired yet back into RocksDB, so that a
+        snapshot's sync point sees them; a running advance refills from RocksDB."""
+        for name, firing in list(self._firing.items()):
+            if firing.heap:
+                self._put_back(self._cf(name), firing)
 
     def _put_back(self, cf: int, firing: _Firing) -> None:
         """Writes the timers waiting in the heap back to RocksDB (keeping the current key)."""
