@@ -253,3 +253,21 @@ def test_timers_without_a_key_type_yet(tmp_path):
     register(b, "first key decides", 3)
     assert fired(b.timer_service.advance_watermark(10), b) == [(3, "first key decides", None)]
     b.dispose()
+
+
+@pytest.mark.parametrize("kind", ["full", "incremental"])
+def test_snapshot_between_two_fired_timers_keeps_the_unfired_ones(backend, tmp_path, kind):
+    for key in range(20):
+        register(backend, key, key)
+    gen = backend.timer_service.advance_watermark(100)
+    first = [next(gen).key for _ in range(3)]
+    if kind == "full":
+        handle = backend.snapshot(tmp_path / "cp", "s").result()
+    else:
+        handle = backend.checkpoint(1, tmp_path / "cp").result()
+    rest = [t.key for t in gen]
+    assert first + rest == list(range(20)), "every timer fires once, in order"
+    assert backend.timer_service.num_event_time_timers() == 0
+    restored = KeyedStateBackend.restore(tmp_path / "r", [handle])
+    assert [t.key for t in restored.timer_service.advance_watermark(100)] == list(range(3, 20))
+    restored.dispose()
