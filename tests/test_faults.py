@@ -207,9 +207,18 @@ def _check_last_committed_version_survives(tmp_path):
 
 def test_killed_during_async_full_snapshot(tmp_path):
     savepoints = tmp_path / "cp" / "savepoints"
-    _run_child_and_kill(tmp_path, "full-midwrite", lambda: _wait(
-        lambda: savepoints.is_dir() and any(
-            os.path.getsize(savepoints / f) > (1 << 20) for f in os.listdir(savepoints))))
+    def midway():
+        if not savepoints.is_dir():
+            return False
+        names = os.listdir(savepoints)
+        assert "sp" not in names, "the snapshot finished before the kill: more ballast"
+        try:
+            return any(".tmp-" in f and os.path.getsize(savepoints / f) > (1 << 20)
+                       for f in names)
+        except FileNotFoundError:  # renamed meanwhile: the next look sees the final name
+            return False
+
+    _run_child_and_kill(tmp_path, "full-midwrite", lambda: _wait(midway))
     leftovers = os.listdir(savepoints)
     assert "sp" not in leftovers, "a partial snapshot was published under its final name"
     assert all(".tmp-" in f for f in leftovers)
