@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 from stateengine import KeyedStateBackend, KeyGroupRange, Timer, ValueStateDescriptor
@@ -271,3 +273,80 @@ def test_snapshot_between_two_fired_timers_keeps_the_unfired_ones(backend, tmp_p
     restored = KeyedStateBackend.restore(tmp_path / "r", [handle])
     assert [t.key for t in restored.timer_service.advance_watermark(100)] == list(range(3, 20))
     restored.dispose()
+
+
+# ---- against a reference model of Flink's timer queue -----------------------------------------
+
+_NS = ("a", None, 7)
+
+
+def _who(t):
+    """Each timestamp belongs to one (key, namespace), so no two distinct timers tie and the
+    firing order is fully determined."""
+    return t // 10, _NS[t % 3]
+
+
+_action = st.tuples(st.sampled_from(["register", "delete"]), st.integers(0, 299))
+_step = st.one_of(
+    st.tuples(st.just("register"), st.integers(0, 299)),
+    st.tuples(st.just("delete"), st.integers(0, 299)),
+    # advance: watermark, actions per fired timer (by firing index), stop after n fires
+    st.tuples(st.just("advance"), st.integers(0, 320),
+              st.lists(st.lists(_action, max_size=3), max_size=6),
+              st.one_of(st.none(), st.integers(0, 5))),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.lists(_step, max_size=25))
+def test_firing_matches_flinks_timer_queue(tmp_path_factory, steps):
+    b = KeyedStateBackend(tmp_path_factory.mktemp("timers") / "b", key_type=int)
+    ts = b.timer_service
+    queue: set[int] = set()  # the reference: Flink polls the smallest timer, one at a time
+
+    def act(kind, t):
+        key, ns = _who(t)
+        b.set_current_key(key)
+        if kind == "register":
+            ts.register_event_time_timer(t, ns)
+            queue.add(t)
+        else:
+            ts.delete_event_time_timer(t, ns)
+            queue.discard(t)
+
+    try:
+        for step in steps:
+            if step[0] != "advance":
+                act(*step)
+                continue
+            _, watermark, actions, stop = step
+            want, got = [], []
+            # reference run on a copy of the actions' effects, computed first
+            ref_queue = set(queue)
+            i = 0
+            while ref_queue and min(ref_queue) <= watermark and (stop is None or i < stop):
+                t = min(ref_queue)
+                ref_queue.discard(t)
+                want.append(t)
+                for kind, t2 in (actions[i] if i < len(actions) else []):
+                    (ref_queue.add if kind == "register" else ref_queue.discard)(t2)
+                i += 1
+            gen = ts.advance_watermark(watermark)
+            while stop is None or len(got) < stop:
+                timer = next(gen, None)
+                if timer is None:
+                    break
+                assert (timer.key, timer.namespace) == _who(timer.timestamp)
+                queue.discard(timer.timestamp)
+                got.append(timer.timestamp)
+                for kind, t2 in (actions[len(got) - 1] if len(got) - 1 < len(actions) else []):
+                    act(kind, t2)
+            gen.close()  # stopping early keeps the unfired timers
+            assert got == want
+            assert queue == ref_queue
+            assert ts.num_event_time_timers() == len(queue)
+            assert ts.next_event_time() == (min(queue) if queue else None)
+        rest = [t.timestamp for t in ts.advance_watermark(1000)]
+        assert rest == sorted(queue)
+    finally:
+        b.dispose()
