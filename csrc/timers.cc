@@ -21,6 +21,9 @@ bool TimeOrder(const std::string& a, const std::string& b, int prefix_bytes) {
   return a.compare(prefix_bytes + 8, std::string::npos, b, prefix_bytes + 8, std::string::npos) < 0;
 }
 
+// Calls fn(it, prefix) with it at the first timer of each key group in [kg_start, kg_end]
+// that has timers, skipping empty key groups with one seek each to the next non-empty one, so
+// the cost follows the groups that hold timers, not max parallelism (up to 32768 groups).
 template <typename Fn>
 rocksdb::Status ForEachGroupHead(StateDB* db, int cf, int prefix_bytes, int32_t kg_start,
                                  int32_t kg_end, Fn&& fn) {
@@ -28,10 +31,17 @@ rocksdb::Status ForEachGroupHead(StateDB* db, int cf, int prefix_bytes, int32_t 
   ro.fill_cache = true;
   std::unique_ptr<rocksdb::Iterator> it(db->raw()->NewIterator(ro, db->handle(cf)));
   std::string prefix(prefix_bytes, '\0');
-  for (int32_t kg = kg_start; kg <= kg_end; ++kg) {
+  WriteKeyGroupPrefix(kg_start, prefix_bytes, &prefix[0]);
+  for (it->Seek(prefix); it->Valid();) {
+    if (it->key().size() < static_cast<size_t>(prefix_bytes)) {
+      return rocksdb::Status::Corruption("timer key shorter than its key-group prefix");
+    }
+    const int32_t kg = ReadKeyGroupPrefix(it->key().data(), prefix_bytes);
+    if (kg > kg_end) break;
     WriteKeyGroupPrefix(kg, prefix_bytes, &prefix[0]);
+    if (!fn(it.get(), prefix) || kg == kg_end) break;
+    WriteKeyGroupPrefix(kg + 1, prefix_bytes, &prefix[0]);
     it->Seek(prefix);
-    if (!fn(it.get(), prefix)) break;
   }
   return it->status();
 }

@@ -179,6 +179,7 @@ def timer_pop_due(NativeBackend backend, int cf, int64_t max_timestamp, size_t l
     cdef size_t used
     cdef const char* p
     backend._check_open()
+    backend.check_writable()  # firing deletes the timers: a write like any other
     if not backend._has_schema:
         return []
     with nogil:

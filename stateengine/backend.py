@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from typing import Any, Iterator
 
 from typing import Sequence
@@ -271,6 +272,7 @@ class KeyedStateBackend(_native.NativeBackend):
                  compress: bool = True) -> AsyncSnapshot[FullSnapshotHandle]:
         """Starts a full snapshot (savepoint layout) to ``name`` under ``target`` (a directory
         or URI). Writes after this call returns are not in it; ``result()`` gives the handle."""
+        self.timer_service._return_in_flight()
         return take_full_snapshot(self, as_storage(target), name, compress)
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
@@ -279,8 +281,11 @@ class KeyedStateBackend(_native.NativeBackend):
                    extra: dict | None = None) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
-        ``chk-<id>``); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
-        private = private_dir or f"chk-{checkpoint_id}"
+        ``chk-<id>/kg<start>-<end>-<unique>``, so several backends may checkpoint the same id
+        into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
+        private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
+                                  f"{uuid.uuid4().hex[:12]}")
+        self.timer_service._return_in_flight()
         return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
                                              manifest_path, shared_dir, extra)
 
@@ -324,6 +329,15 @@ class KeyedStateBackend(_native.NativeBackend):
             except BaseException:  # the owner of the snapshot sees its error
                 pass
         self._pending.clear()
+
+    def _seal(self, reason: str) -> None:
+        """Refuses every later write, operator state included, with IllegalStoreStateError."""
+        super()._seal(reason)
+        self.operator_state._sealed = reason
+
+    def _unseal(self) -> None:
+        super()._unseal()
+        self.operator_state._sealed = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 

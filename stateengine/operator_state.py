@@ -16,7 +16,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, Iterable
 
-from .errors import CorruptionError, StateRegistrationError
+from .errors import CorruptionError, IllegalStoreStateError, StateRegistrationError
 
 MODES = ("split", "union")
 _FORMAT = 1
@@ -26,32 +26,42 @@ class OperatorListState:
     """A list owned by one parallel instance: ``get``, ``add``, ``add_all``, ``update``,
     ``clear``."""
 
-    def __init__(self, name: str, mode: str, elements: list[Any] | None = None) -> None:
+    def __init__(self, name: str, mode: str, elements: list[Any] | None = None,
+                 owner: "OperatorStateBackend | None" = None) -> None:
         self.name = name
         self.mode = mode
         self._elements: list[Any] = list(elements or [])
+        self._owner = owner
+
+    def _check_writable(self) -> None:
+        if self._owner is not None and self._owner._sealed is not None:
+            raise IllegalStoreStateError(self._owner._sealed)
 
     def get(self) -> list[Any]:
         return list(self._elements)
 
     def add(self, value: Any) -> None:
+        self._check_writable()
         if value is None:
             raise ValueError(f"operator list state '{self.name}' does not accept None")
         self._elements.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
+        self._check_writable()
         values = list(values)
         if any(v is None for v in values):
             raise ValueError(f"operator list state '{self.name}' does not accept None; nothing added")
         self._elements.extend(values)
 
     def update(self, values: Iterable[Any]) -> None:
+        self._check_writable()
         values = list(values)
         if any(v is None for v in values):
             raise ValueError(f"operator list state '{self.name}' does not accept None; not updated")
         self._elements = values
 
     def clear(self) -> None:
+        self._check_writable()
         self._elements = []
 
 
@@ -62,6 +72,7 @@ class OperatorStateBackend:
         self.operator_index = operator_index
         self.parallelism = parallelism
         self._states: dict[str, OperatorListState] = {}
+        self._sealed: str | None = None  # why writes are refused (a finished StateStore)
 
     def get_list_state(self, name: str, mode: str = "split") -> OperatorListState:
         """The list state ``name``; ``mode`` is its redistribution: "split" or "union"."""
@@ -69,7 +80,7 @@ class OperatorStateBackend:
             raise StateRegistrationError(f"operator state mode must be one of {MODES}, got {mode!r}")
         state = self._states.get(name)
         if state is None:
-            state = self._states[name] = OperatorListState(name, mode)
+            state = self._states[name] = OperatorListState(name, mode, owner=self)
         elif state.mode != mode:
             raise StateRegistrationError(
                 f"operator state '{name}' is registered with mode '{state.mode}', not '{mode}'")
@@ -112,7 +123,7 @@ class OperatorStateBackend:
                 mine = everything
             else:
                 mine = even_split(everything, parallelism)[operator_index]
-            backend._states[name] = OperatorListState(name, mode, mine)
+            backend._states[name] = OperatorListState(name, mode, mine, owner=backend)
         return backend
 
 

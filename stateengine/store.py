@@ -25,7 +25,7 @@ from .backend import KeyedStateBackend
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
 from .descriptors import StateDescriptor
-from .errors import IllegalStoreStateError
+from .errors import IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 
 
@@ -167,7 +167,10 @@ class StateStore:
             f"get_store(version) to make new changes")
 
     def commit(self) -> int:
-        """Publishes this store's state as version + 1 and returns that version."""
+        """Publishes this store's state as version + 1 and returns that version.
+
+        Partition 0 then prunes old versions; pruning is maintenance, so its failure is
+        reported in ``metrics["prune_error"]`` and does not undo or fail the commit."""
         if self.state is not StoreState.UPDATING:
             self._refuse("commit")
         p = self._provider
@@ -193,8 +196,13 @@ class StateStore:
         self._backend._seal(f"Cannot put after already committed or aborted ({self})")
         p._backend_version = new_version
         pruned = {"versions": 0, "files": 0}
+        prune_error = None
         if p.partition_id == 0:
-            pruned = p.catalog.prune(new_version, p.min_versions_to_retain)
+            try:
+                pruned = p.catalog.prune(new_version, p.min_versions_to_retain,
+                                         num_partitions=p.num_partitions)
+            except StateEngineError as e:  # maintenance must not fail a published commit
+                prune_error = str(e)
         self.metrics = {
             "version": new_version,
             "keys": self._backend._native_estimate_keys(),
@@ -205,6 +213,7 @@ class StateStore:
             "commit_seconds": time.perf_counter() - started,
             "versions_pruned": pruned["versions"],
             "files_deleted": pruned["files"],
+            "prune_error": prune_error,
             "load_reused_backend": p.last_load.get("reused", False),
             "load_seconds": p.last_load.get("seconds", 0.0),
         }

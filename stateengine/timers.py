@@ -5,14 +5,22 @@ processing time) reaches its timestamp, and is stored in its own column family w
 ``[key group][timestamp][key][namespace]`` so that due timers are found by a short scan per
 key group. Timers are part of every snapshot and move with their key group when rescaling.
 Registering the same (timestamp, key, namespace) twice keeps one timer.
+
+Firing follows Flink's queue: each timer fires when it is the earliest one queued, so due
+timers registered (or deleted) while firing take effect within the same advance, and timers
+not yet fired when the caller stops iterating stay registered (also in a snapshot taken
+between two fired timers).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import _native
+from .errors import StateEngineError
 
 if TYPE_CHECKING:
     from .backend import KeyedStateBackend
@@ -23,6 +31,39 @@ TIMER_META = {"kind": "timers", "value_codec": 0, "namespace_codec": 1, "user_ke
               "merge": 0, "native_op": 0}
 _BATCH = 10_000
 _MIN_TS = -(1 << 63)
+_ANY = 1  # codec of timer namespaces
+
+
+class _Firing:
+    """Due timers already taken out of RocksDB but not yet fired, as a heap in time order.
+
+    Timers registered or deleted while firing must take effect within the same advance, as
+    in Flink, where each fired timer is the earliest one queued at that moment."""
+
+    def __init__(self, up_to: int) -> None:
+        self.up_to = up_to
+        self.heap: list[tuple[int, int, Any, Any, bytes]] = []
+        self.idents: set[tuple[int, Any, bytes]] = set()
+        self.seq = itertools.count()
+        self.registered_min: int | None = None  # earliest due timer registered while firing
+
+    def push(self, ts: int, key: Any, ns: Any) -> None:
+        ns_bytes = _native.encode_for_codec(_ANY, ns)
+        ident = (ts, key, ns_bytes)
+        if ident in self.idents:  # registered again while waiting: it fires once
+            return
+        self.idents.add(ident)
+        heapq.heappush(self.heap, (ts, next(self.seq), key, ns, ns_bytes))
+
+    def pop(self) -> tuple[int, Any, Any]:
+        ts, _, key, ns, ns_bytes = heapq.heappop(self.heap)
+        self.idents.discard((ts, key, ns_bytes))
+        return ts, key, ns
+
+    def needs_refill(self) -> bool:
+        if not self.heap:
+            return True
+        return self.registered_min is not None and self.registered_min < self.heap[0][0]
 
 
 @dataclass(frozen=True)
@@ -39,6 +80,7 @@ class TimerService:
         self._backend = backend
         self._watermark = _MIN_TS
         self._processing_time = _MIN_TS
+        self._firing: dict[str, _Firing] = {}
 
     def _cf(self, name: str) -> int:
         return self._backend._internal_cf(name, TIMER_META)
@@ -53,24 +95,40 @@ class TimerService:
 
     def register_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
         """Fires when the watermark reaches timestamp, for the current key."""
-        _native.timer_put(self._backend, self._cf(EVENT_TIME_CF), _ts(timestamp), namespace, False)
+        self._put(EVENT_TIME_CF, _ts(timestamp), namespace, False)
 
     def delete_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        _native.timer_put(self._backend, self._cf(EVENT_TIME_CF), _ts(timestamp), namespace, True)
+        self._put(EVENT_TIME_CF, _ts(timestamp), namespace, True)
 
     def register_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        _native.timer_put(self._backend, self._cf(PROCESSING_TIME_CF), _ts(timestamp), namespace,
-                          False)
+        self._put(PROCESSING_TIME_CF, _ts(timestamp), namespace, False)
 
     def delete_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        _native.timer_put(self._backend, self._cf(PROCESSING_TIME_CF), _ts(timestamp), namespace,
-                          True)
+        self._put(PROCESSING_TIME_CF, _ts(timestamp), namespace, True)
+
+    def _put(self, name: str, timestamp: int, namespace: Any, delete: bool) -> None:
+        cf = self._cf(name)
+        firing = self._firing.get(name)
+        if firing is not None and timestamp <= firing.up_to and firing.heap:
+            if delete:
+                # The timer may wait in the heap: put the heap back, so the delete applies
+                # to RocksDB alone, and refill from there.
+                self._put_back(cf, firing)
+            else:
+                ident = (timestamp, self._backend.get_current_key(),
+                         _native.encode_for_codec(_ANY, namespace))
+                if ident in firing.idents:
+                    return  # it is queued to fire already; one timer, as in Flink
+                firing.registered_min = (timestamp if firing.registered_min is None
+                                         else min(firing.registered_min, timestamp))
+        _native.timer_put(self._backend, cf, timestamp, namespace, delete)
 
     def advance_watermark(self, watermark: int) -> Iterator[Timer]:
         """Fires every event-time timer with timestamp <= watermark, in time order.
 
         Each timer is removed, then the backend's current key is set to the timer's key and the
-        timer is yielded; timers registered while iterating fire too if they are due.
+        timer is yielded; timers registered while iterating fire too if they are due, deleted
+        ones do not fire, and stopping early keeps the timers not yet fired.
         """
         self._watermark = max(self._watermark, _ts(watermark))
         return self._fire(EVENT_TIME_CF, watermark)
@@ -82,13 +140,51 @@ class TimerService:
 
     def _fire(self, name: str, up_to: int) -> Iterator[Timer]:
         cf = self._cf(name)
-        while True:
-            due = _native.timer_pop_due(self._backend, cf, _ts(up_to), _BATCH)
-            if not due:
-                return
-            for ts, key, ns in due:
+        firing = _Firing(_ts(up_to))
+        outer = self._firing.get(name)
+        self._firing[name] = firing
+        try:
+            while True:
+                if firing.needs_refill():
+                    firing.registered_min = None
+                    for ts, key, ns in _native.timer_pop_due(self._backend, cf, firing.up_to,
+                                                             _BATCH):
+                        firing.push(ts, key, ns)
+                    if not firing.heap:
+                        return
+                ts, key, ns = firing.pop()
                 self._backend.set_current_key(key)
                 yield Timer(ts, key, ns)
+        finally:
+            if outer is None:
+                self._firing.pop(name, None)
+            else:
+                self._firing[name] = outer
+            if firing.heap:  # iteration stopped early: the unfired timers stay registered
+                try:
+                    self._put_back(cf, firing)
+                except StateEngineError:
+                    pass  # the backend was closed or sealed meanwhile
+
+    def _return_in_flight(self) -> None:
+        """Puts timers taken out for firing but not fired yet back into RocksDB, so that a
+        snapshot's sync point sees them; a running advance refills from RocksDB."""
+        for name, firing in list(self._firing.items()):
+            if firing.heap:
+                self._put_back(self._cf(name), firing)
+
+    def _put_back(self, cf: int, firing: _Firing) -> None:
+        """Writes the timers waiting in the heap back to RocksDB (keeping the current key)."""
+        backend = self._backend
+        current = backend.get_current_key()
+        try:
+            while firing.heap:
+                ts, key, ns = firing.pop()
+                backend.set_current_key(key)
+                _native.timer_put(backend, cf, ts, ns, False)
+        finally:
+            if current is not None:
+                backend.set_current_key(current)
 
     def next_event_time(self) -> int | None:
         """Timestamp of the earliest event-time timer, or None."""

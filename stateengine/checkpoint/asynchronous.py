@@ -31,9 +31,14 @@ class AsyncSnapshot(Generic[T]):
     """A running snapshot: ``result()`` waits for its handle, ``cancel()`` stops it."""
 
     def __init__(self, run: Callable[[], T], on_cancel: Callable[[], None],
-                 on_finish: Callable[["AsyncSnapshot[Any]"], None] | None = None) -> None:
+                 on_finish: Callable[["AsyncSnapshot[Any]"], None] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
+        """``on_cancel`` stops a running ``run``; ``release`` frees what the synchronous part
+        holds (a pinned RocksDB snapshot, hard links) when ``run`` is cancelled before it
+        started, since ``run`` would otherwise have freed it."""
         self._on_cancel = on_cancel
         self._on_finish = on_finish
+        self._release = release
         self._future: Future[T] = _executor().submit(run)
         if on_finish is not None:
             self._future.add_done_callback(lambda _f: on_finish(self))
@@ -49,7 +54,10 @@ class AsyncSnapshot(Generic[T]):
 
     def cancel(self) -> None:
         """Stops the asynchronous part; ``result()`` then raises SnapshotCancelledError."""
-        if not self._future.cancel():
+        if self._future.cancel():
+            if self._release is not None:
+                self._release()
+        else:
             self._on_cancel()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:

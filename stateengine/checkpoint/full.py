@@ -66,7 +66,7 @@ def take_full_snapshot(backend: "KeyedStateBackend", storage: CheckpointStorage,
             if tmp is not None and os.path.exists(tmp):
                 os.remove(tmp)
 
-    return backend._track(AsyncSnapshot(run, native.cancel))
+    return backend._track(AsyncSnapshot(run, native.cancel, release=native.release))
 
 
 def restore_full(backend: "KeyedStateBackend", handles: list[FullSnapshotHandle]) -> dict:

@@ -52,6 +52,7 @@ class IncrementalCheckpointer:
         self.num_retained = num_retained
         self._lock = threading.Lock()
         self._confirmed: dict[str, FileRef] = {}  # local SST name -> uploaded file
+        self._confirmed_root: str | None = None  # storage the confirmed files live in
         self._confirmed_id = -1
         self._completed: dict[int, IncrementalHandle] = {}
         self._retained: OrderedDict[int, IncrementalHandle] = OrderedDict()
@@ -61,6 +62,7 @@ class IncrementalCheckpointer:
         """Makes a restored checkpoint's files reusable by the next checkpoint."""
         with self._lock:
             self._confirmed = {f.local_name: f for f in handle.shared}
+            self._confirmed_root = handle.root
             self._confirmed_id = handle.checkpoint_id
 
     def checkpoint(self, checkpoint_id: int, storage: CheckpointStorage, private_dir: str,
@@ -72,7 +74,8 @@ class IncrementalCheckpointer:
         states = [backend.state_meta(n) for n in backend._cf_names()]
         op_bytes = None if backend.operator_state.is_empty() else backend.operator_state.snapshot_bytes()
         with self._lock:
-            base = dict(self._confirmed)
+            # A file path is relative to its storage root: reuse only within the same root.
+            base = dict(self._confirmed) if self._confirmed_root == storage.uri else {}
         cancelled = threading.Event()
         kgr, max_p = backend.key_group_range, backend.max_parallelism
         key_codecs, key_is_tuple = backend.key_codecs, backend.key_is_tuple
@@ -119,7 +122,8 @@ class IncrementalCheckpointer:
             finally:
                 shutil.rmtree(local_dir, ignore_errors=True)
 
-        return backend._track(AsyncSnapshot(run, cancelled.set))
+        return backend._track(AsyncSnapshot(
+            run, cancelled.set, release=lambda: shutil.rmtree(local_dir, ignore_errors=True)))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms a checkpoint: its SSTs become the base of the next checkpoint, and with
@@ -129,6 +133,7 @@ class IncrementalCheckpointer:
             if handle is None or checkpoint_id <= self._confirmed_id:
                 return
             self._confirmed = {f.local_name: f for f in handle.shared}
+            self._confirmed_root = handle.root
             self._confirmed_id = checkpoint_id
             self._retained[checkpoint_id] = handle
             discard = []

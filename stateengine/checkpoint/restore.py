@@ -5,7 +5,8 @@ Incremental checkpoints: the handle overlapping the target range most becomes th
 (its files are opened directly); if it covers more than the target range it is clipped with
 DeleteRange; the key groups the target needs from other handles are copied from temporary
 instances of those handles. Either way every file is checked against its recorded size and
-CRC-32C first, and a failed restore disposes the partial backend before raising.
+CRC-32C first, the handles' ranges must cover the target range, and a failed restore disposes
+the partial backend (and any files it placed) before raising.
 """
 
 from __future__ import annotations
@@ -55,6 +56,22 @@ def default_range(handles: list[Handle]) -> KeyGroupRange:
     return KeyGroupRange(start, end)
 
 
+def uncovered(handles: list[Handle], target: KeyGroupRange) -> list[tuple[int, int]]:
+    """The key-group ranges of target that no handle's range includes."""
+    gaps, need = [], target.start
+    for r in sorted((h.key_group_range for h in handles), key=lambda r: r.start):
+        if need > target.end:
+            break
+        if r.is_empty() or r.end < need:
+            continue
+        if r.start > need:
+            gaps.append((need, min(r.start - 1, target.end)))
+        need = max(need, r.end + 1)
+    if need <= target.end:
+        gaps.append((need, target.end))
+    return gaps
+
+
 def restore_operator_state(handles: list[Handle], operator_index: int, parallelism: int,
                            scratch: str) -> OperatorStateBackend:
     snapshots = []
@@ -102,8 +119,12 @@ def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list
         return cls(path, max_parallelism, target, key_type)
     base = max(relevant, key=lambda h: len(h.key_group_range.intersection(target)))
     _prepare(path)
-    _materialize(base, os.path.join(path, "db"))
-    backend = cls._open_existing(path, max_parallelism, target, base.states, key_type)
+    try:
+        _materialize(base, os.path.join(path, "db"))
+        backend = cls._open_existing(path, max_parallelism, target, base.states, key_type)
+    except BaseException:  # no half-materialized directory may stay behind
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     try:
         source = CheckpointStorage(base.root).describe(f"checkpoint {base.checkpoint_id}")
         backend._check_restored_layout(base.max_parallelism, base.key_codecs, base.key_is_tuple,
@@ -169,6 +190,12 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
             f"{max_parallelism} (key groups would not line up). Keep max_parallelism fixed for "
             f"the life of the state")
     target = key_group_range or default_range(hs)
+    gaps = uncovered(hs, target)
+    if gaps:
+        missing = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in gaps)
+        raise CheckpointNotFoundError(
+            f"no handle holds key groups {missing} of the restore target {target}; pass the "
+            f"handles of every instance that wrote the state")
     if hs[0].kind == "full":
         backend = cls(path, max_p, target, key_type)
         try:

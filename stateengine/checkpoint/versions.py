@@ -103,6 +103,14 @@ class VersionCatalog:
         if cached is not None:
             return cached
         doc = self._read_json(rel)
+        try:  # a manifest that parses as JSON must still describe a checkpoint
+            if not isinstance(doc, dict):
+                raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+            handle_from_dict(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptionError(f"checkpoint manifest {self.storage.describe(rel)} does not "
+                                  f"describe a checkpoint ({type(e).__name__}: {e}); it is "
+                                  f"corrupted") from None
         with self._lock:
             self._cache[(rel, size)] = doc
         return doc
@@ -121,10 +129,17 @@ class VersionCatalog:
         rel = f"{self.version_dir(version)}/{COMMITTED_MARKER}"
         if not self.storage.exists(rel):
             return None
-        return int(self._read_json(rel)["num_partitions"])
+        try:
+            return int(self._read_json(rel)["num_partitions"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptionError(f"commit marker {self.storage.describe(rel)} is corrupted "
+                                  f"({type(e).__name__}: {e})") from None
 
     def handles_for(self, version: int, target: KeyGroupRange) -> list[IncrementalHandle]:
-        """Handles of version whose ranges cover target, from one consistent set of manifests."""
+        """Every handle of the one consistent set of manifests of version that covers target.
+
+        Handles whose ranges miss target are included too: restore skips their keyed state,
+        but operator state is redistributed from all old instances (union and even split)."""
         manifests = self.manifests(version)
         if not manifests:
             known = self.versions()
@@ -145,7 +160,7 @@ class VersionCatalog:
             handles = [handle_from_dict(doc) for _, doc in sorted(by_n[n], key=lambda t: t[0])]
             covering = [h for h in handles if not h.key_group_range.intersection(target).is_empty()]
             if _covers(covering, target):
-                return covering  # type: ignore[return-value]
+                return handles  # type: ignore[return-value]
         raise CheckpointNotFoundError(
             f"version {version} of {self.describe()} is incomplete: no committed set of "
             f"partitions covers key groups {target.start}..{target.end}")
@@ -167,13 +182,37 @@ class VersionCatalog:
         self.storage.write_atomic(f"{self.version_dir(version)}/{COMMITTED_MARKER}",
                                   json.dumps({"num_partitions": num_partitions}).encode())
 
+    def slowest_partition_version(self, latest: int, num_partitions: int) -> int:
+        """The oldest of the newest versions (<= latest) that the partitions of num_partitions
+        committed; a partition without any is taken to be committing on top of latest - 1."""
+        missing = set(range(num_partitions))
+        slowest = latest
+        for v in reversed(self.versions()):
+            if not missing:
+                break
+            if v > latest:
+                continue
+            for info in self.storage.list_dir(self.version_dir(v)):
+                m = _MANIFEST.match(info.base_name)
+                if m and int(m.group(2)) == num_partitions and int(m.group(1)) in missing:
+                    missing.discard(int(m.group(1)))
+                    slowest = min(slowest, v)
+        return min(slowest, latest - 1) if missing else slowest
+
     def prune(self, latest: int, min_versions_to_retain: int,
-              orphan_grace_seconds: float = 3600.0, now_ms: int | None = None) -> dict[str, int]:
+              orphan_grace_seconds: float = 3600.0, now_ms: int | None = None,
+              num_partitions: int | None = None) -> dict[str, int]:
         """Deletes versions older than the newest ``min_versions_to_retain`` (counting back from
         ``latest``) and the shared files only they referenced; shared files that no manifest
-        ever referenced (crashed uploads) go once older than ``orphan_grace_seconds``."""
+        ever referenced (crashed uploads) go once older than ``orphan_grace_seconds``.
+
+        With ``num_partitions``, counting starts from the slowest partition instead: a
+        partition that has not committed ``latest`` yet reuses the files of its own newest
+        version, which must survive until it has."""
         import time
 
+        if num_partitions is not None:
+            latest = min(latest, self.slowest_partition_version(latest, num_partitions))
         cutoff = latest - min_versions_to_retain + 1
         versions = self.versions()
         old = [v for v in versions if v < cutoff]
@@ -186,7 +225,11 @@ class VersionCatalog:
                     keep_refs.update(f["path"] for f in doc.get("shared", []))
         candidates: set[str] = set()
         for v in old:
-            for _, _, doc in self.manifests(v):
+            try:
+                docs = self.manifests(v)
+            except CorruptionError:
+                continue  # going anyway; its files become orphans for the grace-period sweep
+            for _, _, doc in docs:
                 candidates.update(f["path"] for f in doc.get("shared", []))
         deleted = 0
         for path in candidates - keep_refs:

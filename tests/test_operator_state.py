@@ -1,0 +1,153 @@
+"""Operator (non-keyed) list state: even-split and union redistribution, as in Flink."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stateengine import (CorruptionError, KeyedStateBackend, OperatorStateBackend,
+                         StateRegistrationError)
+from stateengine.operator_state import even_split
+
+
+@pytest.mark.parametrize("parts", range(1, 8))
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 6, 7, 13, 20])
+def test_even_split_sizes(n, parts):
+    elements = list(range(n))
+    split = even_split(elements, parts)
+    assert len(split) == parts
+    sizes = [len(p) for p in split]
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True), "the larger parts come first"
+    assert [e for p in split for e in p] == elements, "parts are contiguous and in order"
+    assert sum(sizes) == n
+
+
+def test_modes_and_conflicts():
+    op = OperatorStateBackend()
+    offsets = op.get_list_state("offsets")
+    assert offsets.mode == "split"
+    assert op.get_list_state("offsets", "split") is offsets
+    with pytest.raises(StateRegistrationError, match="mode 'split'"):
+        op.get_list_state("offsets", "union")
+    with pytest.raises(StateRegistrationError):
+        op.get_list_state("x", "broadcast")
+    assert op.get_list_state("seen", "union").mode == "union"
+    assert sorted(op.state_names) == ["offsets", "seen"]
+
+
+def test_list_operations_and_none():
+    op = OperatorStateBackend()
+    s = op.get_list_state("l")
+    s.add(1)
+    s.add_all([2, 3])
+    assert s.get() == [1, 2, 3]
+    s.get().append(99)  # get returns a copy
+    assert s.get() == [1, 2, 3]
+    with pytest.raises(ValueError):
+        s.add(None)
+    with pytest.raises(ValueError, match="nothing added"):
+        s.add_all([4, None])
+    assert s.get() == [1, 2, 3]
+    with pytest.raises(ValueError, match="not updated"):
+        s.update([None])
+    s.update(["a"])
+    assert s.get() == ["a"]
+    s.clear()
+    assert s.get() == []
+
+
+def _instances(lists_per_instance, modes):
+    out = []
+    p = len(lists_per_instance)
+    for i, lists in enumerate(lists_per_instance):
+        op = OperatorStateBackend(i, p)
+        for name, values in lists.items():
+            op.get_list_state(name, modes[name]).add_all(values)
+        out.append(op.snapshot_bytes())
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(old=st.lists(st.fixed_dictionaries({}, optional={
+           "offsets": st.lists(st.integers(), max_size=6),
+           "seen": st.lists(st.text(max_size=3), max_size=4)}), min_size=1, max_size=4),
+       new_p=st.integers(1, 6), shuffle=st.randoms())
+def test_redistribution_property(old, new_p, shuffle):
+    modes = {"offsets": "split", "seen": "union"}
+    snaps = _instances(old, modes)
+    shuffle.shuffle(snaps)  # the order of the snapshots does not matter, the old index does
+    restored = [OperatorStateBackend.restore(snaps, i, new_p) for i in range(new_p)]
+    for name, mode in modes.items():
+        everything = [e for lists in old for e in lists.get(name, [])]
+        present = any(name in lists for lists in old)
+        for i, op in enumerate(restored):
+            assert op.operator_index == i and op.parallelism == new_p
+            if not present:
+                assert name not in op.state_names
+                continue
+            got = op.get_list_state(name, mode).get()
+            if mode == "union":
+                assert got == everything
+            else:
+                assert got == even_split(everything, new_p)[i]
+        if present and mode == "split":
+            assert [e for op in restored for e in op.get_list_state(name).get()] == everything
+
+
+def test_conflicting_modes_across_instances_are_corruption():
+    a = OperatorStateBackend(0, 2)
+    a.get_list_state("x", "split").add(1)
+    b = OperatorStateBackend(1, 2)
+    b.get_list_state("x", "union").add(2)
+    with pytest.raises(CorruptionError, match="two modes"):
+        OperatorStateBackend.restore([a.snapshot_bytes(), b.snapshot_bytes()], 0, 1)
+
+
+def test_unreadable_snapshots_are_corruption():
+    with pytest.raises(CorruptionError, match="unreadable"):
+        OperatorStateBackend.restore([b"not a pickle"], 0, 1, source="file X")
+    with pytest.raises(CorruptionError, match="format 99"):
+        OperatorStateBackend.restore([pickle.dumps((99, 0, 1, {}))], 0, 1)
+
+
+def test_operator_state_in_backend_snapshots(tmp_path):
+    backends = []
+    handles = {"full": [], "incremental": []}
+    for i in range(3):
+        b = KeyedStateBackend(tmp_path / f"b{i}", key_type=int)
+        b.operator_state.operator_index, b.operator_state.parallelism = i, 3
+        b.operator_state.get_list_state("offsets").add_all([f"{i}.{j}" for j in range(i + 1)])
+        b.operator_state.get_list_state("seen", "union").add(i)
+        handles["full"].append(b.snapshot(tmp_path / "cp", f"s{i}").result())
+        handles["incremental"].append(b.checkpoint(1, tmp_path / "cp").result())
+        backends.append(b)
+    assert handles["full"][0].operator_state.file.path == "s0.opstate"
+    everything = ["0.0", "1.0", "1.1", "2.0", "2.1", "2.2"]
+    for kind, hs in handles.items():
+        for new_p in (1, 2, 4):
+            for i in range(new_p):
+                r = KeyedStateBackend.restore(tmp_path / f"r-{kind}-{new_p}-{i}", hs,
+                                              operator_index=i, parallelism=new_p)
+                assert r.operator_state.get_list_state("offsets").get() == \
+                    even_split(everything, new_p)[i]
+                assert r.operator_state.get_list_state("seen", "union").get() == [0, 1, 2]
+                r.dispose()
+    for b in backends:
+        b.dispose()
+
+
+def test_no_operator_state_writes_no_file(tmp_path):
+    b = KeyedStateBackend(tmp_path / "b", key_type=int)
+    full = b.snapshot(tmp_path / "cp", "s").result()
+    inc = b.checkpoint(1, tmp_path / "cp").result()
+    assert full.operator_state is None and inc.operator_state is None
+    assert not os.path.exists(tmp_path / "cp" / "s.opstate")
+    r = KeyedStateBackend.restore(tmp_path / "r", [full])
+    assert r.operator_state.is_empty()
+    r.dispose()
+    b.dispose()
