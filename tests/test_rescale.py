@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ckpt_model import (Harness, Model, descriptors, dump_states, fire_all, peek_timers,
+from tests.ckpt_model import (Harness, Model, descriptors, dump_states, fire_all, peek_timers,
                         random_ops, STATE_NAMES)
 from stateengine import (KeyedStateBackend, KeyGroupRange, StateStoreProvider, assign_key_group,
                          operator_for_key_group)

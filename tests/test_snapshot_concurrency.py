@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ckpt_model import Harness, assert_backend_matches, new_backend, random_ops
+from tests.ckpt_model import Harness, assert_backend_matches, new_backend, random_ops
 from stateengine import KeyedStateBackend, MapStateDescriptor
 from stateengine.errors import SnapshotCancelledError
 
@@ -263,7 +263,7 @@ import os, sys, threading
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from stateengine.checkpoint import asynchronous
 from stateengine.errors import SnapshotCancelledError
-from ckpt_model import Harness, new_backend
+from tests.ckpt_model import Harness, new_backend
 h = Harness(new_backend({str(tmp_path)!r}, key_type=int))
 h.apply(("value_update", 1, None, 1))
 b = h.backend

@@ -20,7 +20,7 @@ import struct
 import pytest
 import snappy
 
-from ckpt_model import Harness, descriptors, new_backend, random_ops
+from tests.ckpt_model import Harness, descriptors, new_backend, random_ops
 from stateengine import KeyGroupRange, KeyedStateBackend, MapStateDescriptor, ValueStateDescriptor
 
 END_OF_KEY_GROUP = 0xFFFF

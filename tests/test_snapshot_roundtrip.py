@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_model import (NAMESPACES, Harness, Model, assert_backend_matches, descriptors,
+from tests.ckpt_model import (NAMESPACES, Harness, Model, assert_backend_matches, descriptors,
                         dump_states, new_backend, op_strategy)
 from stateengine import KeyedStateBackend
 from stateengine.checkpoint.handles import handle_from_dict

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from ckpt_model import SumCount, concat
+from tests.ckpt_model import SumCount, concat
 from stateengine import (AggregatingStateDescriptor, BackendClosedError, CheckpointNotFoundError,
                          IllegalStoreStateError, IncompatibleStateError, KeyGroupRange,
                          ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
