@@ -13,6 +13,7 @@ import shutil
 import threading
 import uuid
 from collections import OrderedDict
+from typing import Callable
 
 import pyarrow.fs as pafs
 
@@ -56,12 +57,26 @@ def _remember(key: tuple[int, int, int, int], crc: int) -> None:
             _VERIFIED.popitem(last=False)
 
 
+# URI schemes resolved by a registered factory instead of pyarrow.fs.FileSystem.from_uri: for
+# file systems pyarrow cannot build from a URI alone (and for tests of the non-local path).
+_SCHEMES: dict[str, Callable[[str], tuple[pafs.FileSystem, str]]] = {}
+
+
+def register_filesystem(scheme: str, factory: Callable[[str], tuple[pafs.FileSystem, str]]) -> None:
+    """Makes ``scheme://...`` URIs open through ``factory(uri) -> (filesystem, root path)``."""
+    _SCHEMES[scheme] = factory
+
+
 class CheckpointStorage:
     """A checkpoint root directory. Paths given to methods are relative to the root."""
 
     def __init__(self, uri: str | os.PathLike) -> None:
         uri = os.fspath(uri)
-        if "://" in uri and not uri.startswith("file://"):
+        scheme = uri.split("://", 1)[0] if "://" in uri else ""
+        if scheme in _SCHEMES:
+            self.fs, root = _SCHEMES[scheme](uri)
+            self.uri = uri.rstrip("/")
+        elif "://" in uri and not uri.startswith("file://"):
             try:
                 self.fs, root = pafs.FileSystem.from_uri(uri)
             except Exception as e:  # pyarrow raises ArrowInvalid / OSError variants
