@@ -1,6 +1,10 @@
 #include "snapshot_writer.h"
 
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "file_io.h"
 #include "keygroups.h"
@@ -26,17 +30,105 @@ class GroupSink {
   bool compress_;
 };
 
+// Second stage of the writer: framing, compression, CRCs and file writes run on their own
+// thread, in order, so iterating RocksDB never waits for snappy. The file offset of each key
+// group is known only here, so the offsets are recorded here.
+class BlockPipeline {
+ public:
+  enum class Kind { kBegin, kData, kEnd };
+  struct Item {
+    Kind kind;
+    int32_t key_group;
+    std::string data;
+  };
+
+  BlockPipeline(FileWriter* out, bool compress, std::vector<KeyGroupOffset>* offsets)
+      : out_(out), sink_(out, compress), offsets_(offsets), thread_([this] { Run(); }) {}
+
+  ~BlockPipeline() { Finish(); }
+
+  // False once the consumer failed: the producer should stop and call Finish for the error.
+  bool Push(Kind kind, int32_t key_group, std::string data) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_.wait(lock, [this] { return queue_.size() < kDepth || !status_.ok(); });
+    if (!status_.ok()) return false;
+    queue_.push_back({kind, key_group, std::move(data)});
+    ready_.notify_one();
+    return true;
+  }
+
+  rocksdb::Status Finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      ready_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+ private:
+  static constexpr size_t kDepth = 16;  // ~1 MiB in flight
+
+  void Run() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_.wait(lock, [this] { return !queue_.empty() || done_; });
+        if (queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        space_.notify_one();
+      }
+      rocksdb::Status st;
+      switch (item.kind) {
+        case Kind::kBegin:
+          offsets_->push_back({item.key_group, out_->offset()});
+          st = sink_.Begin();
+          break;
+        case Kind::kData:
+          st = sink_.Append(item.data.data(), item.data.size());
+          break;
+        case Kind::kEnd:
+          st = sink_.Finish();
+          break;
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        status_ = st;
+        queue_.clear();
+        space_.notify_all();
+        return;
+      }
+    }
+  }
+
+  FileWriter* out_;
+  GroupSink sink_;
+  std::vector<KeyGroupOffset>* offsets_;
+  std::mutex mu_;
+  std::condition_variable ready_, space_;
+  std::deque<Item> queue_;
+  bool done_ = false;
+  rocksdb::Status status_;
+  std::thread thread_;
+};
+
 void PutU16(std::string* s, uint16_t v) {
-  s->push_back(static_cast<char>(v >> 8));
-  s->push_back(static_cast<char>(v & 0xFF));
+  const char b[2] = {static_cast<char>(v >> 8), static_cast<char>(v & 0xFF)};
+  s->append(b, 2);
 }
 
-void PutI32(std::string* s, uint32_t v) {
-  s->push_back(static_cast<char>(v >> 24));
-  s->push_back(static_cast<char>(v >> 16));
-  s->push_back(static_cast<char>(v >> 8));
-  s->push_back(static_cast<char>(v));
+void PutBlob(std::string* s, const rocksdb::Slice& x) {
+  const auto n = static_cast<uint32_t>(x.size());
+  const char b[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)};
+  s->append(b, 4);
+  s->append(x.data(), x.size());
 }
+
+constexpr size_t kBlockBytes = 1 << 16;
 
 }  // namespace
 
@@ -86,59 +178,63 @@ rocksdb::Status FullSnapshotWriter::Write(const std::string& path, const std::st
   st = out.Append(meta_block.data(), meta_block.size());
   if (!st.ok()) return st;
 
-  GroupSink sink(&out, compress_);
-  std::string buf, prev_key, prev_value;
-  buf.reserve(1 << 16);
-  bool have_prev = false;
+  // Entries are encoded straight into buf; the "last pair of a run" bit is set afterwards at
+  // key_pos (key[0] of the newest entry) once the next entry shows that a run ended, so no
+  // entry is copied twice. A full buf is handed on without its newest entry, whose bit may
+  // still change.
+  BlockPipeline pipeline(&out, compress_, offsets);
+  std::string buf;
+  buf.reserve(kBlockBytes + 4096);
+  size_t entry_pos = 0, key_pos = 0;
+  bool have_entry = false;
   uint64_t n = 0;
-  auto flush_buf = [&]() { return sink.Append(buf.data(), buf.size()); };
+  bool producing = true;
+  auto end_group = [&]() {
+    buf[key_pos] = static_cast<char>(buf[key_pos] | kMetaFollowsFlag);
+    PutU16(&buf, kEndOfKeyGroupMark);
+    producing = pipeline.Push(BlockPipeline::Kind::kData, 0, std::move(buf)) &&
+                pipeline.Push(BlockPipeline::Kind::kEnd, 0, std::string());
+    buf.clear();
+  };
 
-  while (merged.Valid()) {
+  while (producing && merged.Valid()) {
     if ((++n & 4095) == 0 && cancelled_.load(std::memory_order_relaxed)) {
+      pipeline.Finish();
       return rocksdb::Status::Incomplete("snapshot cancelled");
     }
-    const bool new_group = merged.is_new_key_group();
-    const bool new_state = merged.is_new_state();
-    if (have_prev) {
-      if (new_group || new_state) prev_key[0] = static_cast<char>(prev_key[0] | kMetaFollowsFlag);
-      PutI32(&buf, static_cast<uint32_t>(prev_key.size()));
-      buf.append(prev_key);
-      PutI32(&buf, static_cast<uint32_t>(prev_value.size()));
-      buf.append(prev_value);
-      if (new_group) PutU16(&buf, kEndOfKeyGroupMark);
-      else if (new_state) PutU16(&buf, static_cast<uint16_t>(merged.state_id()));
-    }
-    if (new_group) {
-      if (have_prev) {
-        if (!(st = flush_buf()).ok() || !(st = sink.Finish()).ok()) return st;
-        buf.clear();
-      }
-      offsets->push_back({merged.key_group(), out.offset()});
-      if (!(st = sink.Begin()).ok()) return st;
+    if (merged.is_new_key_group()) {
+      if (have_entry) end_group();
+      if (!producing) break;
+      producing = pipeline.Push(BlockPipeline::Kind::kBegin, merged.key_group(), std::string());
+      buf.reserve(kBlockBytes + 4096);
+      PutU16(&buf, static_cast<uint16_t>(merged.state_id()));
+    } else if (merged.is_new_state()) {
+      buf[key_pos] = static_cast<char>(buf[key_pos] | kMetaFollowsFlag);
       PutU16(&buf, static_cast<uint16_t>(merged.state_id()));
     }
     const rocksdb::Slice k = merged.key(), v = merged.value();
-    prev_key.assign(k.data(), k.size());
-    prev_value.assign(v.data(), v.size());
-    have_prev = true;
+    entry_pos = buf.size();
+    key_pos = entry_pos + 4;
+    PutBlob(&buf, k);
+    PutBlob(&buf, v);
+    have_entry = true;
     stats->entries++;
     stats->raw_bytes += k.size() + v.size();
-    if (buf.size() >= (1 << 16)) {
-      if (!(st = flush_buf()).ok()) return st;
-      buf.clear();
+    if (buf.size() >= kBlockBytes && entry_pos > 0) {
+      std::string tail(buf, entry_pos);
+      buf.resize(entry_pos);
+      producing = pipeline.Push(BlockPipeline::Kind::kData, 0, std::move(buf));
+      buf = std::move(tail);
+      buf.reserve(kBlockBytes + 4096);
+      key_pos = 4;
+      entry_pos = 0;
     }
     merged.Next();
   }
+  if (producing && have_entry) end_group();
+  st = pipeline.Finish();
+  if (!st.ok()) return st;
   if (!merged.status().ok()) return merged.status();
-  if (have_prev) {
-    prev_key[0] = static_cast<char>(prev_key[0] | kMetaFollowsFlag);
-    PutI32(&buf, static_cast<uint32_t>(prev_key.size()));
-    buf.append(prev_key);
-    PutI32(&buf, static_cast<uint32_t>(prev_value.size()));
-    buf.append(prev_value);
-    PutU16(&buf, kEndOfKeyGroupMark);
-    if (!(st = flush_buf()).ok() || !(st = sink.Finish()).ok()) return st;
-  }
   stats->file_bytes = out.offset();
   return out.Close();
 }
