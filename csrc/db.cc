@@ -84,6 +84,9 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   const size_t per_cf = static_cast<size_t>(budget.bytes() * budget.write_buffer_ratio() / 4);
   o.write_buffer_size = std::clamp(per_cf, kMinWriteBuffer, kMaxWriteBuffer);
   o.max_write_buffer_number = 2;
+  // LZ4 compresses and decompresses faster than RocksDB's default snappy at a similar ratio;
+  // every flush, compaction and restore pays for block compression.
+  o.compression = rocksdb::kLZ4Compression;
   // One insert hint for the whole memtable (a zero-length prefix): batch writes arrive sorted,
   // and with a hint the skip list repairs its last insert position instead of searching from
   // the top for every key. Measured: half the instructions per sorted batch insert, +4% for
@@ -293,6 +296,10 @@ ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, i
   spec.numeric_op = static_cast<NumericOp>(numeric_op);
   spec.numeric_codec = static_cast<Codec>(numeric_codec);
   return spec;
+}
+
+rocksdb::Options StateDB::SstFileOptions(int cf) const {
+  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(specs_[cf]));
 }
 
 uint64_t StateDB::EstimateNumKeys() const {

@@ -112,6 +112,8 @@ class StateDB {
   // RocksDB's estimate of live keys over all column families (no scan).
   uint64_t EstimateNumKeys() const;
   const rocksdb::WriteOptions& write_options() const { return write_options_; }
+  // Options for writing SST files that this column family can ingest.
+  rocksdb::Options SstFileOptions(int cf) const;
 
  private:
   StateDB() = default;

@@ -90,27 +90,34 @@ def iterate_baseline(NativeBackend backend, list cf_indexes) -> dict:
     return {"entries": stats.entries, "raw_bytes": stats.raw_bytes}
 
 
-def restore_key_groups(NativeBackend backend, str path, list groups, bint compressed,
-                       list cf_for_state) -> dict:
-    """Restores (key group, offset) sections of a full snapshot file into backend."""
-    cdef CFullSnapshotReader reader
-    cdef string p = path.encode("utf-8")
-    cdef vector[int] cfs = cf_for_state
+def restore_sections(NativeBackend backend, list files, list sections, str sst_dir) -> dict:
+    """Restores full-snapshot sections into backend.
+
+    files: (path, compressed, [column family per state id]) per snapshot file; sections:
+    (file index, key group, offset) in ascending key-group order. With sst_dir the entries go
+    through SST files ingested at the end (for empty targets); with "" through write batches.
+    """
+    cdef vector[CSnapshotFile] fs
+    cdef vector[CSectionRef] refs
+    cdef CSnapshotFile f
+    cdef CSectionRef r
     cdef CRestoreStats stats
     cdef CStatus st
-    cdef int32_t kg
-    cdef uint64_t off
+    cdef string dir_ = sst_dir.encode("utf-8")
     backend._check_open()
+    for path, compressed, cfs in files:
+        f.path = path.encode("utf-8")
+        f.compressed = compressed
+        f.cf_for_state = cfs
+        fs.push_back(f)
+    for fi, kg, off in sections:
+        r.file = fi
+        r.key_group = kg
+        r.offset = off
+        refs.push_back(r)
     with nogil:
-        st = reader.Open(p)
+        st = CRestoreSections(backend._db.get(), backend._prefix_bytes, fs, refs, dir_, &stats)
     check_status(st)
-    for g, o in groups:
-        kg = g
-        off = o
-        with nogil:
-            st = reader.RestoreKeyGroup(kg, off, compressed, backend._prefix_bytes, cfs,
-                                        backend._db.get(), &stats)
-        check_status(st)
     return {"entries": stats.entries, "raw_bytes": stats.raw_bytes, "key_groups": stats.key_groups}
 
 

@@ -9,6 +9,7 @@ target range, by their recorded offsets, from one or many snapshots.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from typing import TYPE_CHECKING
 
@@ -70,30 +71,46 @@ def take_full_snapshot(backend: "KeyedStateBackend", storage: CheckpointStorage,
 
 
 def restore_full(backend: "KeyedStateBackend", handles: list[FullSnapshotHandle]) -> dict:
-    """Restores the backend's key groups from full snapshots; returns restore statistics."""
+    """Restores the backend's key groups from full snapshots; returns restore statistics.
+
+    The sections of all handles are restored in ascending key-group order, so every column
+    family receives its keys sorted: they go into SST files that are ingested at the end
+    (no memtable, flush or compaction work), and nothing becomes visible unless every section
+    decoded and checked.
+    """
     target = backend.key_group_range
-    totals = {"entries": 0, "raw_bytes": 0, "key_groups": 0, "files": 0}
-    for h in handles:
-        overlap = h.key_group_range.intersection(target)
-        if overlap.is_empty():
-            continue
-        storage = CheckpointStorage(h.root)
-        source = storage.describe(h.file.path)
-        local = storage.open_verified(h.file, backend._staging_dir)
-        try:
+    files: list[tuple[str, bool, list[int]]] = []
+    sections: list[tuple[int, int, int]] = []
+    downloaded: list[str] = []
+    try:
+        for h in handles:
+            overlap = h.key_group_range.intersection(target)
+            if overlap.is_empty():
+                continue
+            storage = CheckpointStorage(h.root)
+            source = storage.describe(h.file.path)
+            local = storage.open_verified(h.file, backend._staging_dir)
+            if not storage.is_local:
+                downloaded.append(local)
             with open(local, "rb") as f:
                 head = f.read(h.meta_length)
             meta, _ = SnapshotMeta.decode(head, source)
             backend._check_restored_layout(meta.max_parallelism, meta.key_codecs,
                                            meta.key_is_tuple, source)
             cf_for_state = [backend._ensure_cf(s, source) for s in meta.states]
-            groups = sorted((kg, off) for kg, off in h.offsets.items() if overlap.contains(kg))
-            stats = _native.restore_key_groups(backend, local, groups, meta.compressed,
-                                               cf_for_state)
+            index = len(files)
+            files.append((local, meta.compressed, cf_for_state))
+            sections.extend((index, kg, off) for kg, off in h.offsets.items()
+                            if overlap.contains(kg))
+        sections.sort(key=lambda s: s[1])
+        sst_dir = os.path.join(backend._staging_dir, f"restore-{uuid.uuid4().hex}")
+        os.makedirs(sst_dir)
+        try:
+            stats = _native.restore_sections(backend, files, sections, sst_dir)
         finally:
-            if not storage.is_local:
-                os.remove(local)
-        for k in ("entries", "raw_bytes", "key_groups"):
-            totals[k] += stats[k]
-        totals["files"] += 1
-    return totals
+            shutil.rmtree(sst_dir, ignore_errors=True)
+    finally:
+        for local in downloaded:
+            os.remove(local)
+    stats["files"] = len(files)
+    return stats

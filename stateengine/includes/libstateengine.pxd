@@ -209,11 +209,19 @@ cdef extern from "snapshot_reader.h" namespace "stateengine" nogil:
         uint64_t raw_bytes
         uint64_t key_groups
 
-    cdef cppclass CFullSnapshotReader "stateengine::FullSnapshotReader":
-        CStatus Open(const string&)
-        CStatus RestoreKeyGroup(int32_t, uint64_t, cbool, int, const vector[int]&, CStateDB*,
-                                CRestoreStats*)
-        uint64_t size()
+    cdef cppclass CSnapshotFile "stateengine::SnapshotFile":
+        string path
+        cbool compressed
+        vector[int] cf_for_state
+
+    cdef cppclass CSectionRef "stateengine::SectionRef":
+        int file
+        int32_t key_group
+        uint64_t offset
+
+    CStatus CRestoreSections "stateengine::RestoreSections"(
+        CStateDB*, int, const vector[CSnapshotFile]&, const vector[CSectionRef]&, const string&,
+        CRestoreStats*)
 
 
 cdef extern from "checkpoint.h" namespace "stateengine" nogil:
