@@ -66,9 +66,19 @@ def prepare(build: str, rebuild: bool = False) -> str:
     env = dict(os.environ, PKG_CONFIG_PATH=os.pathsep.join(
         p for p in (os.path.join(prefix, "lib", "pkgconfig"), os.environ.get("PKG_CONFIG_PATH"))
         if p))
+    if not force and _older_than(os.path.join(prefix, "lib", "librocksdb.a")):
+        force = ["--force"]  # setuptools does not see the static library as a dependency
     _setup(["--build-lib", RELEASE_ROOT, "--build-temp", RELEASE_TEMP, *force], env)
     _link_python_sources()
     return RELEASE_ROOT
+
+
+def _older_than(path: str) -> bool:
+    """Whether the Release extension is missing or older than path."""
+    import glob
+
+    built = glob.glob(os.path.join(RELEASE_ROOT, "stateengine", "_native*.so"))
+    return not built or min(os.path.getmtime(b) for b in built) < os.path.getmtime(path)
 
 
 def _link_python_sources() -> None:

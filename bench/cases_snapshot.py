@@ -27,7 +27,8 @@ MB = 1e6
 
 def case_names() -> list[str]:
     return ["snapshot.iterate.baseline", "snapshot.iterate.baseline.bytes",
-            "snapshot.full.write", "snapshot.full.write.bytes", "snapshot.full.restore",
+            "snapshot.full.write", "snapshot.full.write.bytes", "snapshot.full.write.uncompressed",
+            "snapshot.full.write.uncompressed.bytes", "snapshot.full.restore",
             "snapshot.full.restore.bytes", "checkpoint.first.seconds",
             "checkpoint.incremental.seconds", "checkpoint.full.seconds",
             "rescale.full.2to3", "rescale.full.3to2", "rescale.incremental.2to3",
@@ -71,35 +72,43 @@ def full_snapshot_cases(bench: Bench, backend: Any) -> Any:
     s = bench.scale
     cfs = [backend._cf_index[n] for n in backend._cf_names()]
     target = bench.tmpdir("full-snapshots")
-    base, write = [], []
+    runs: dict[str, list[tuple[float, int, int]]] = {"base": [], "write": [], "raw": []}
     handle = None
-    _native.iterate_baseline(backend, cfs)  # warm the page cache for both
-    for i in range(s.repeats + 1):
-        t0 = time.perf_counter()
-        stats = _native.iterate_baseline(backend, cfs)
-        base.append((time.perf_counter() - t0, stats["entries"], stats["raw_bytes"]))
-        if handle is not None:
-            os.remove(os.path.join(target, handle.file.path))
-        t0 = time.perf_counter()
-        handle = backend.snapshot(target, f"snap-{i}").result()
-        write.append((time.perf_counter() - t0, handle.stats["entries"], handle.stats["raw_bytes"]))
-    base, write = base[1:], write[1:]  # the first round is the warm-up
-    file_bytes = handle.stats["file_bytes"]
 
-    def add(name: str, runs: list[tuple[float, int, int]], label: str, **details: Any) -> None:
-        secs = statistics.median(r[0] for r in runs)
-        entries, raw = runs[0][1], runs[0][2]
+    def snapshot(name: str, compress: bool) -> Any:
+        t0 = time.perf_counter()
+        h = backend.snapshot(target, name, compress=compress).result()
+        runs["write" if compress else "raw"].append(
+            (time.perf_counter() - t0, h.stats["entries"], h.stats["raw_bytes"]))
+        return h
+
+    def add(name: str, samples: list[tuple[float, int, int]], label: str, **details: Any) -> None:
+        secs = statistics.median(r[0] for r in samples)
+        entries, raw = samples[0][1], samples[0][2]
         bench.add(Result(name, "snapshot", entries / secs, "entries/s", label,
-                         dict(details, seconds=[round(r[0], 3) for r in runs], entries=entries,
-                              raw_bytes=raw)))
+                         dict(details, seconds=[round(r[0], 3) for r in samples],
+                              entries=entries, raw_bytes=raw)))
         bench.add(Result(name + ".bytes", "snapshot", raw / secs / MB, "MB/s",
                          label + " (key + value bytes)", dict(seconds=round(secs, 3))))
 
     with timed_case(bench):
-        add("snapshot.iterate.baseline", base,
+        _native.iterate_baseline(backend, cfs)  # warm the page cache for every variant
+        for i in range(s.repeats + 1):  # the three alternate; round 0 is the warm-up
+            t0 = time.perf_counter()
+            stats = _native.iterate_baseline(backend, cfs)
+            runs["base"].append((time.perf_counter() - t0, stats["entries"], stats["raw_bytes"]))
+            raw = snapshot(f"raw-{i}", compress=False)
+            os.remove(os.path.join(target, raw.file.path))
+            if handle is not None:
+                os.remove(os.path.join(target, handle.file.path))
+            handle = snapshot(f"snap-{i}", compress=True)
+        add("snapshot.iterate.baseline", runs["base"][1:],
             "_native.iterate_baseline over the same column families")
-        add("snapshot.full.write", write, "backend.snapshot(...).result(), snappy framed",
-            file_bytes=file_bytes)
+        add("snapshot.full.write", runs["write"][1:],
+            "backend.snapshot(...).result() (default: snappy framed)",
+            file_bytes=handle.stats["file_bytes"])
+        add("snapshot.full.write.uncompressed", runs["raw"][1:],
+            "backend.snapshot(..., compress=False).result()", file_bytes=raw.stats["file_bytes"])
     restore = []
     if bench.wants_any(["snapshot.full.restore", "snapshot.full.restore.bytes"]):
         with timed_case(bench):

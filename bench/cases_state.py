@@ -91,6 +91,15 @@ def settle(backend: Any) -> None:
     backend._native_compact()
 
 
+def fresh_case(bench: Bench, *stores: Any) -> timed_case:
+    """Settles the stores (untimed), then times a case: each case starts from compacted files
+    and an empty memtable, not from whatever the previous case wrote (flink-benchmarks gets
+    the same from a fresh fork per benchmark)."""
+    for store in stores:
+        store.settle() if isinstance(store, RocksdictBaseline) else settle(store)
+    return timed_case(bench)
+
+
 def batch_label(kind: str, s: Any) -> str:
     if kind == "distinct":
         return f"batch: {s.batch_rows:,} distinct keys per call"
@@ -151,6 +160,9 @@ class RocksdictBaseline:
         put = self.db.put
         for k, v in items:
             put(k, v)
+        self.settle()
+
+    def settle(self) -> None:
         self.db.flush()
         self.db.compact_range(None, None)
 
@@ -209,19 +221,32 @@ def value_cases(bench: Bench) -> None:
         return len(raw[i])
 
     if bench.wants_any(["state.valueGet.scalar", "baseline.rocksdict.get"]):
-        with timed_case(bench):
+        with fresh_case(bench, backend, rdb):
             r = alternate({"se": value_get, "rd": rd_get}, s.repeats)
             bench.add(scalar_result("valueGet", r["se"], "set_current_key + value()"))
             bench.add(rate_result("baseline.rocksdict.get", "baseline", "ops/s",
                                   "rocksdict Rdict.get(8-byte key), raw mode", r["rd"]))
     if bench.wants_any(["state.valueUpdate.scalar", "baseline.rocksdict.put"]):
-        with timed_case(bench):
+        with fresh_case(bench, backend, rdb):
             r = alternate({"se": value_update, "rd": rd_put}, s.repeats)
             bench.add(scalar_result("valueUpdate", r["se"], "set_current_key + update(v)"))
             bench.add(rate_result("baseline.rocksdict.put", "baseline", "ops/s",
                                   "rocksdict Rdict.put(8-byte key, 8-byte value), WAL off",
                                   r["rd"]))
     rdb.close()
+
+    # Reads and updates first, on the set-up keys only; the add cases grow the state after.
+    distinct, repeated = w.distinct_batches(), w.repeated_batches()
+    for kind, batches in (("distinct", distinct), ("repeated", repeated)):
+        if bench.wants(f"state.valueGet.batch.{kind}"):
+            with fresh_case(bench, backend):
+                bench.add(batch_result("valueGet", kind, rates(
+                    run_batches(state.get_many, batches), s.repeats), s, call="get_many(keys)"))
+        if bench.wants(f"state.valueUpdate.batch.{kind}"):
+            with fresh_case(bench, backend):
+                bench.add(batch_result("valueUpdate", kind, rates(
+                    run_batches(lambda k: state.put_many(k, k), batches), s.repeats), s,
+                    call="put_many(keys, values)"))
 
     if bench.wants("state.valueAdd.scalar"):
         fresh = [(w.rng.permutation(s.scalar_ops) + s.setup_keys + j * s.scalar_ops).tolist()
@@ -234,35 +259,24 @@ def value_cases(bench: Bench) -> None:
                 update(k)
             return len(fresh[i])
 
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("valueAdd", rates(value_add, s.repeats),
                                     "set_current_key(new key) + update(v)"))
-
-    distinct, repeated = w.distinct_batches(), w.repeated_batches()
     for kind, batches in (("distinct", distinct), ("repeated", repeated)):
-        if bench.wants(f"state.valueGet.batch.{kind}"):
-            with timed_case(bench):
-                bench.add(batch_result("valueGet", kind, rates(
-                    run_batches(state.get_many, batches), s.repeats), s, call="get_many(keys)"))
-        if bench.wants(f"state.valueUpdate.batch.{kind}"):
-            with timed_case(bench):
-                bench.add(batch_result("valueUpdate", kind, rates(
-                    run_batches(lambda k: state.put_many(k, k), batches), s.repeats), s,
-                    call="put_many(keys, values)"))
         if bench.wants(f"state.valueAdd.batch.{kind}"):
             space = 10**9 * (2 if kind == "distinct" else 3)
 
-            def value_add(i: int, batches: list[np.ndarray] = batches, space: int = space) -> int:
+            def value_add_many(i: int, batches: list[np.ndarray] = batches,
+                               space: int = space) -> int:
                 shift = space + (i + 1) * 10**8  # a new key range every repetition
                 for keys in batches:
                     state.put_many(keys + shift, keys)
                 return sum(len(k) for k in batches)
 
-            with timed_case(bench):
-                bench.add(batch_result("valueAdd", kind, rates(value_add, s.repeats), s,
+            with fresh_case(bench, backend):
+                bench.add(batch_result("valueAdd", kind, rates(value_add_many, s.repeats), s,
                                        call="put_many(new keys, values)"))
     backend.dispose()
-
 
 
 # ---- list state -----------------------------------------------------------------------------
@@ -299,21 +313,21 @@ def list_cases(bench: Bench) -> None:
 
     # listGet runs before the appends so every list holds one element, as in flink-benchmarks.
     if bench.wants("state.listGet.scalar"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("listGet", rates(list_get, s.repeats), "set_current_key + get()"))
     distinct, repeated = w.distinct_batches(), w.repeated_batches()
     for kind, batches in (("distinct", distinct), ("repeated", repeated)):
         if bench.wants(f"state.listGet.batch.{kind}"):
-            with timed_case(bench):
+            with fresh_case(bench, backend):
                 bench.add(batch_result("listGet", kind, rates(
                     run_batches(state.get_many, batches), s.repeats), s, call="get_many(keys)"))
     if bench.wants("state.listAppend.scalar"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("listAppend", rates(list_append, s.repeats),
                                     "set_current_key + add(v)"))
     for kind, batches in (("distinct", distinct), ("repeated", repeated)):
         if bench.wants(f"state.listAppend.batch.{kind}"):
-            with timed_case(bench):
+            with fresh_case(bench, backend):
                 bench.add(batch_result("listAppend", kind, rates(
                     run_batches(lambda k: state.add_many(k, k), batches), s.repeats), s,
                     call="add_many(keys, values)"))
@@ -330,7 +344,7 @@ def list_cases(bench: Bench) -> None:
                 add_all(elements)
             return len(add_keys[i])
 
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("listAddAll", rates(list_add_all, s.repeats),
                                     f"set_current_key + add_all({s.list_add_all} elements)",
                                     elements_per_call=s.list_add_all))
@@ -345,7 +359,7 @@ def list_cases(bench: Bench) -> None:
                 many.add_many(keys, values)
             return per_call * len(batches)  # add_all equivalents: one per key
 
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(rate_result(
                 "state.listAddAll.batch", "state", "ops/s",
                 f"batch: add_many, {per_call} keys x {s.list_add_all} elements per call "
@@ -428,23 +442,23 @@ def map_cases(bench: Bench) -> None:
                 put(k, v)
             return len(raw[i])
 
-        with timed_case(bench):
+        with fresh_case(bench, backend, rdb):
             r = alternate({"se": map_get, "rd": rd_get}, s.repeats)
             bench.add(scalar_result("mapGet", r["se"], "set_current_key + get(user key)"))
             bench.add(rate_result("baseline.rocksdict.mapGet", "baseline", "ops/s",
                                   f"rocksdict get(16-byte key), {u} entries per key", r["rd"]))
-        with timed_case(bench):
+        with fresh_case(bench, backend, rdb):
             r = alternate({"se": map_put, "rd": rd_put}, s.repeats)
             bench.add(scalar_result("mapPut", r["se"], "set_current_key + put(user key, v)"))
             bench.add(rate_result("baseline.rocksdict.mapPut", "baseline", "ops/s",
                                   f"rocksdict put(16-byte key, 8-byte value), WAL off", r["rd"]))
         rdb.close()
     if bench.wants("state.mapContains.scalar"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("mapContains", rates(map_contains, s.repeats),
                                     "set_current_key + contains(user key)"))
     if bench.wants("state.mapIterate.scalar"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("mapIterate", rates(map_iterate, s.repeats),
                                     f"set_current_key + iterate entries() ({u} per key)",
                                     entries_per_op=u))
@@ -454,17 +468,17 @@ def map_cases(bench: Bench) -> None:
         vals = [w.rng.random(len(k)) for k in batches]
         by_keys = {id(k): (uk, v) for k, uk, v in zip(batches, uks, vals)}
         if bench.wants(f"state.mapGet.batch.{kind}"):
-            with timed_case(bench):
+            with fresh_case(bench, backend):
                 bench.add(batch_result("mapGet", kind, rates(run_batches(
                     lambda k: state.get_many(k, by_keys[id(k)][0]), batches), s.repeats), s,
                     call="get_many(keys, user_keys)"))
         if bench.wants(f"state.mapContains.batch.{kind}"):
-            with timed_case(bench):
+            with fresh_case(bench, backend):
                 bench.add(batch_result("mapContains", kind, rates(run_batches(
                     lambda k: state.get_many(k, by_keys[id(k)][0])[1], batches), s.repeats), s,
                     call="get_many(keys, user_keys)[1] (the found mask)"))
         if bench.wants(f"state.mapPut.batch.{kind}"):
-            with timed_case(bench):
+            with fresh_case(bench, backend):
                 bench.add(batch_result("mapPut", kind, rates(run_batches(
                     lambda k: state.put_many(k, *by_keys[id(k)]), batches), s.repeats), s,
                     call="put_many(keys, user_keys, values)"))
@@ -519,22 +533,22 @@ def merging_cases(bench: Bench) -> None:
         return run
 
     if bench.wants("state.reducingAdd.scalar"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("reducingAdd", rates(adder(red), s.repeats),
                                     "set_current_key + add(v), native SUM"))
     if bench.wants("state.aggregatingAdd.scalar"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             bench.add(scalar_result("aggregatingAdd", rates(adder(agg), s.repeats),
                                     "set_current_key + add(v), native SUM"))
     if bench.wants("state.aggregatingAdd.scalar.python"):
-        with timed_case(bench):
+        with fresh_case(bench, backend):
             r = rates(adder(pyagg), s.repeats)
             bench.add(rate_result("state.aggregatingAdd.scalar.python", "state", "ops/s",
                                   "set_current_key + add(v), Python AggregateFunction", r))
     for kind, batches in (("distinct", w.distinct_batches()), ("repeated", w.repeated_batches())):
         for case, state in (("reducingAdd", red), ("aggregatingAdd", agg)):
             if bench.wants(f"state.{case}.batch.{kind}"):
-                with timed_case(bench):
+                with fresh_case(bench, backend):
                     bench.add(batch_result(case, kind, rates(run_batches(
                         lambda k, st=state: st.add_many(k, k), batches), s.repeats), s,
                         call="add_many(keys, values), native SUM"))

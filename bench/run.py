@@ -64,6 +64,8 @@ def reexec(args: argparse.Namespace) -> None:
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
+    # numpy's OpenBLAS threads spin after use; on 2 cores they steal time from every case
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
 

@@ -42,6 +42,8 @@ def _targets() -> list[Target]:
     out += [
         Target("snapshot.full.write", "snapshot.iterate.baseline", ">=", 0.5,
                "full snapshot entries/s vs plain native iteration of the same column families"),
+        Target("snapshot.full.write.uncompressed", "snapshot.iterate.baseline", None, None,
+               "the same without snappy framing (compress=False)"),
         Target("snapshot.full.restore", "snapshot.iterate.baseline", ">=", 0.5,
                "restore entries/s vs the same iteration (the brief applies the write target)"),
         Target("checkpoint.incremental.seconds", "checkpoint.full.seconds", "<=", 0.10,
