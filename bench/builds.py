@@ -22,6 +22,7 @@ REPO = os.path.dirname(BENCH)
 DEFAULT_PREFIX = os.path.expanduser("~/.cache/stateengine/rocksdb-7.8.3-release")
 RELEASE_ROOT = os.path.join(BENCH, ".build", "release")
 RELEASE_TEMP = os.path.join(BENCH, ".build", "tmp-release")
+CHILD_ENV = "STATEENGINE_BENCH_BUILD"
 
 
 def release_prefix() -> str:
@@ -99,6 +100,32 @@ def _link_python_sources() -> None:
             else:
                 os.remove(link)
         os.symlink(os.path.join(src, name), link)
+
+
+def use(requested: str | None, rebuild: bool, script: str) -> str:
+    """The build this process runs on. The first call builds it and restarts ``script`` (with
+    the same arguments) with its root first on PYTHONPATH, so the process and every Spark
+    Python worker import the same build; in the restarted process it checks the import."""
+    build = os.environ.get(CHILD_ENV)
+    if build is None:
+        build = choose(requested)
+        root = prepare(build, rebuild)
+        paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                          if p and os.path.abspath(p) not in (REPO, RELEASE_ROOT)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **{CHILD_ENV: build})
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
+        # numpy's OpenBLAS threads spin after use; on 2 cores they steal time from every case
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, os.path.abspath(script), *sys.argv[1:]], env)
+    import stateengine
+
+    expected = REPO if build == "debian" else RELEASE_ROOT
+    if not os.path.abspath(stateengine.__file__).startswith(expected + os.sep):
+        raise SystemExit(f"bench: imported {stateengine.__file__}, expected a build under {expected}")
+    return build
 
 
 def describe(build: str) -> dict[str, str]:

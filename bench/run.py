@@ -23,7 +23,6 @@ if HERE not in sys.path:
 
 import builds  # noqa: E402
 
-CHILD_ENV = "STATEENGINE_BENCH_BUILD"
 GROUPS = ("state", "snapshot", "spark", "memory")
 
 
@@ -53,36 +52,12 @@ def all_case_names() -> list[str]:
             + cases_memory.case_names())
 
 
-def reexec(args: argparse.Namespace) -> None:
-    """Builds the chosen extension and restarts this script with it first on PYTHONPATH, so
-    the benchmark and every Spark Python worker import the same build."""
-    build = builds.choose(args.rocksdb)
-    root = builds.prepare(build, args.rebuild)
-    paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                      if p and os.path.abspath(p) not in (builds.REPO, builds.RELEASE_ROOT)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **{CHILD_ENV: build})
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
-    # numpy's OpenBLAS threads spin after use; on 2 cores they steal time from every case
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
-
-
 def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.list:
         print("\n".join(all_case_names()))
         return 0
-    build = os.environ.get(CHILD_ENV)
-    if build is None:
-        reexec(args)  # does not return
-    import stateengine
-
-    expected = builds.REPO if build == "debian" else builds.RELEASE_ROOT
-    if not os.path.abspath(stateengine.__file__).startswith(expected + os.sep):
-        raise SystemExit(f"bench: imported {stateengine.__file__}, expected a build under {expected}")
+    build = builds.use(args.rocksdb, args.rebuild, __file__)  # may restart this script
 
     import cases_memory
     import cases_snapshot
