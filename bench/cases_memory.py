@@ -11,6 +11,10 @@ Two fresh subprocesses (so nothing else this run allocated counts):
 
 Allowance = budget + the empty process's peak RSS; the target is peak RSS <= allowance.
 Peak RSS is the kernel's high-water mark (VmHWM in /proc/self/status).
+
+The pair runs a second time with glibc told to hand freed memory back (one arena, mmap for
+blocks >= 64 KiB, trimming at once): how much of the excess over the allowance is memory
+malloc keeps after RocksDB freed it, rather than memory RocksDB holds.
 """
 
 from __future__ import annotations
@@ -28,8 +32,13 @@ VALUE_BYTES = 1000
 CHUNK_ROWS = 1024  # ~1 MB of values per call: the application's own buffers stay small
 
 
+TIGHT_MALLOC = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
+                "MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_TOP_PAD_": "0"}
+
+
 def case_names() -> list[str]:
-    return ["memory.overhead", "memory.allowance", "memory.peak_rss"]
+    return ["memory.overhead", "memory.allowance", "memory.peak_rss",
+            "memory.tight_malloc.allowance", "memory.tight_malloc.peak_rss"]
 
 
 def _status_kib(field: str) -> int:
@@ -101,12 +110,12 @@ def _child(mode: str, budget_mib: int, factor: int, path: str) -> dict:
     return out
 
 
-def _spawn(bench: Bench, mode: str) -> dict:
+def _spawn(bench: Bench, mode: str, env: dict | None = None) -> dict:
     s = bench.scale
     path = os.path.join(bench.tmpdir(f"memory-{mode}"), "db")
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), mode,
                            str(s.memory_budget_mib), str(s.memory_factor), path],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     if proc.returncode != 0:
         raise RuntimeError(f"memory child {mode} failed:\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -114,21 +123,33 @@ def _spawn(bench: Bench, mode: str) -> dict:
 
 def run(bench: Bench) -> None:
     s = bench.scale
+    budget = s.memory_budget_mib * MiB
     with timed_case(bench):
         empty = _spawn(bench, "empty")
         load = _spawn(bench, "load")
-    budget = s.memory_budget_mib * MiB
-    overhead = empty["peak_rss_kib"] * 1024
-    peak = load["peak_rss_kib"] * 1024
-    bench.add(Result("memory.overhead", "memory", overhead / MiB, "MiB",
-                     "peak RSS of a process that imported stateengine and opened a backend",
-                     empty))
-    bench.add(Result("memory.allowance", "memory", (budget + overhead) / MiB, "MiB",
-                     f"budget {s.memory_budget_mib} MiB + fixed overhead", {}))
-    bench.add(Result("memory.peak_rss", "memory", peak / MiB, "MiB",
-                     f"peak RSS, {load['state_bytes'] / MiB:,.0f} MiB of state "
-                     f"({s.memory_factor}x the budget) written and read back",
-                     dict(load, above_overhead_mib=round((peak - overhead) / MiB, 1))))
+        overhead = empty["peak_rss_kib"] * 1024
+        peak = load["peak_rss_kib"] * 1024
+        bench.add(Result("memory.overhead", "memory", overhead / MiB, "MiB",
+                         "peak RSS of a process that imported stateengine and opened a backend",
+                         empty))
+        bench.add(Result("memory.allowance", "memory", (budget + overhead) / MiB, "MiB",
+                         f"budget {s.memory_budget_mib} MiB + fixed overhead", {}))
+        bench.add(Result("memory.peak_rss", "memory", peak / MiB, "MiB",
+                         f"peak RSS, {load['state_bytes'] / MiB:,.0f} MiB of state "
+                         f"({s.memory_factor}x the budget) written and read back",
+                         dict(load, above_overhead_mib=round((peak - overhead) / MiB, 1))))
+    with timed_case(bench):
+        empty = _spawn(bench, "empty", TIGHT_MALLOC)
+        load = _spawn(bench, "load", TIGHT_MALLOC)
+        overhead = empty["peak_rss_kib"] * 1024
+        peak = load["peak_rss_kib"] * 1024
+        knobs = " ".join(f"{k}={v}" for k, v in TIGHT_MALLOC.items())
+        bench.add(Result("memory.tight_malloc.allowance", "memory", (budget + overhead) / MiB,
+                         "MiB", f"budget + overhead of an empty process, both with {knobs}",
+                         {"overhead": empty}))
+        bench.add(Result("memory.tight_malloc.peak_rss", "memory", peak / MiB, "MiB",
+                         "the same load with glibc returning freed memory",
+                         dict(load, above_overhead_mib=round((peak - overhead) / MiB, 1))))
 
 
 if __name__ == "__main__":

@@ -100,10 +100,10 @@ def fresh_case(bench: Bench, *stores: Any) -> timed_case:
     return timed_case(bench)
 
 
-def batch_label(kind: str, s: Any) -> str:
+def batch_label(kind: str, s: Any, call: str) -> str:
     if kind == "distinct":
-        return f"batch: {s.batch_rows:,} distinct keys per call"
-    return f"batch: {s.batch_rows:,} rows over {s.repeated_keys:,} keys per call"
+        return f"{call}, {s.batch_rows:,} distinct keys per call"
+    return f"{call}, {s.batch_rows:,} rows over {s.repeated_keys:,} keys per call"
 
 
 def run_batches(call: Callable[[np.ndarray], Any], batches: list[np.ndarray]) -> Callable[[int], int]:
@@ -133,10 +133,9 @@ def scalar_result(case: str, samples: list[float], label: str, **details: Any) -
     return rate_result(f"state.{case}.scalar", "state", "ops/s", label, samples, **details)
 
 
-def batch_result(case: str, kind: str, samples: list[float], s: Any, **details: Any) -> Result:
-    name = f"state.{case}.batch.{kind}" if kind else f"state.{case}.batch"
-    return rate_result(name, "state", "ops/s", batch_label(kind, s) if kind else "", samples,
-                       **details)
+def batch_result(case: str, kind: str, samples: list[float], s: Any, call: str) -> Result:
+    return rate_result(f"state.{case}.batch.{kind}", "state", "ops/s",
+                       batch_label(kind, s, call), samples, call=call)
 
 
 # ---- rocksdict baseline ---------------------------------------------------------------------
@@ -362,8 +361,8 @@ def list_cases(bench: Bench) -> None:
         with fresh_case(bench, backend):
             bench.add(rate_result(
                 "state.listAddAll.batch", "state", "ops/s",
-                f"batch: add_many, {per_call} keys x {s.list_add_all} elements per call "
-                f"(1 op = one key's {s.list_add_all} elements)", rates(run, s.repeats),
+                f"add_many(keys, values), {per_call} keys x {s.list_add_all} elements per "
+                f"call (1 op = one key's {s.list_add_all} elements)", rates(run, s.repeats),
                 call="add_many(keys, values)"))
     backend.dispose()
 

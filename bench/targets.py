@@ -54,6 +54,8 @@ def _targets() -> list[Target]:
                "apply_with_state vs applyInPandasWithState"),
         Target("memory.peak_rss", "memory.allowance", "<=", 1.0,
                "peak RSS with state 10x the budget vs budget + fixed overhead"),
+        Target("memory.tight_malloc.peak_rss", "memory.tight_malloc.allowance", None, None,
+               "the same with glibc returning freed memory"),
     ]
     return out
 
