@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     finally:
         bench.cleanup()
     machine["wall_seconds"] = round(time.time() - started, 1)
-    machine["argv"] = "python bench/run.py " + " ".join(argv)
+    machine["argv"] = " ".join(["python bench/run.py", *argv])
     paths = report.write(args.out, bench, machine)
     print("wrote " + ", ".join(paths), flush=True)
     return 1 if bench.errors else 0
