@@ -96,8 +96,8 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(sources_hash)" ] &&
    (cd "$ROOT" && "$PY" -c "import stateengine._native" >/dev/null 2>&1); then
     log "stateengine is installed and up to date"
 else
-    log "pip install -e .[test,spark] (builds the native extension)"
-    "$PY" -m pip install --disable-pip-version-check -q -e ".[test,spark]"
+    log "pip install -e .[test,spark,bench] (builds the native extension)"
+    "$PY" -m pip install --disable-pip-version-check -q -e ".[test,spark,bench]"
     (cd "$ROOT" && "$PY" -c "import stateengine._native") ||
         die "stateengine._native does not import after the build"
     mkdir -p "$(dirname "$STAMP")"

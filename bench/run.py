@@ -1,0 +1,102 @@
+"""stateengine benchmarks: state access, snapshots, checkpoints, Spark jobs and memory.
+
+    python bench/run.py                    # full run (~30 min on 2 cores), Release RocksDB if built
+    python bench/run.py --quick            # seconds-long smoke run of every case
+    python bench/run.py --only 'state.value*,baseline.*'
+    python bench/run.py --rocksdb debian   # Debian's librocksdb instead of the Release build
+
+Writes bench/results/<timestamp>.json, latest.json, latest.md and latest.png (or under --out).
+Numbers are never asserted anywhere; targets are evaluated and reported (bench/targets.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import builds  # noqa: E402
+
+GROUPS = ("state", "snapshot", "spark", "memory")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks that cases run")
+    p.add_argument("--only", default="", help="comma-separated case name patterns (fnmatch), "
+                   "e.g. 'state.valueGet.*,spark.*'; see --list")
+    p.add_argument("--rocksdb", choices=("debian", "release"), default=None,
+                   help="librocksdb to link (default: release if built, else debian)")
+    p.add_argument("--out", default=os.path.join(HERE, "results"), help="results directory")
+    p.add_argument("--scratch", default=None, help="parent of the scratch directory "
+                   "(default: the system temp dir; the full run needs ~5 GB)")
+    p.add_argument("--rebuild", action="store_true", help="force rebuilding the extension")
+    p.add_argument("--list", action="store_true", help="print the case names and exit")
+    return p.parse_args(argv)
+
+
+def all_case_names() -> list[str]:
+    import cases_memory
+    import cases_snapshot
+    import cases_spark
+    import cases_state
+
+    return (cases_state.case_names() + cases_snapshot.case_names() + cases_spark.case_names()
+            + cases_memory.case_names())
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    if args.list:
+        print("\n".join(all_case_names()))
+        return 0
+    build = builds.use(args.rocksdb, args.rebuild, __file__)  # may restart this script
+
+    import cases_memory
+    import cases_snapshot
+    import cases_spark
+    import cases_state
+    import report
+    from harness import FULL, QUICK, Bench
+
+    only = [p.strip() for p in args.only.split(",") if p.strip()]
+    names = all_case_names()
+    unknown = [p for p in only if not any(__import__("fnmatch").fnmatchcase(n, p) for n in names)]
+    if unknown:
+        raise SystemExit(f"bench: no case matches {unknown}; see --list")
+    bench = Bench(QUICK if args.quick else FULL, only, args.scratch)
+    machine = report.machine_info(builds.describe(build))
+    print(f"stateengine bench ({bench.scale.name}), {machine['rocksdb']}, scratch {bench.scratch}",
+          flush=True)
+    started = time.time()
+    modules = {"state": cases_state, "snapshot": cases_snapshot, "spark": cases_spark,
+               "memory": cases_memory}
+    try:
+        for group in GROUPS:
+            module = modules[group]
+            if not bench.wants_any(module.case_names()):
+                continue
+            print(f"[{group}]", flush=True)
+            try:
+                module.run(bench)
+            except Exception:  # one broken group must not lose the others' numbers
+                bench.errors[group] = traceback.format_exc()
+                print(bench.errors[group], file=sys.stderr, flush=True)
+    finally:
+        bench.cleanup()
+    machine["wall_seconds"] = round(time.time() - started, 1)
+    machine["argv"] = " ".join(["python bench/run.py", *argv])
+    paths = report.write(args.out, bench, machine)
+    print("wrote " + ", ".join(paths), flush=True)
+    return 1 if bench.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""The ratios issue 5 asks for ("What it must show"), evaluated on one run's results.
+
+A target compares a case with its baseline: ``ratio = case / baseline``, passing when
+``ratio >= threshold`` (rates) or ``ratio <= threshold`` (times). Informational comparisons
+(``op=None``) are shown in the table without a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Target:
+    case: str
+    baseline: str
+    op: str | None         # ">=", "<=" or None (shown, not judged)
+    threshold: float | None
+    why: str
+
+
+def _targets() -> list[Target]:
+    out = []
+    for case, base in (("valueGet", "get"), ("valueUpdate", "put"), ("mapGet", "mapGet"),
+                       ("mapPut", "mapPut")):
+        out.append(Target(f"state.{case}.scalar", f"baseline.rocksdict.{base}", ">=", 1.0,
+                          "scalar call vs rocksdict's raw call"))
+    for case in ("valueGet", "valueUpdate", "reducingAdd"):
+        for kind in ("distinct", "repeated"):
+            out.append(Target(f"state.{case}.batch.{kind}", f"state.{case}.scalar", ">=", 5.0,
+                              "batch rows/s vs scalar ops/s of the same operation"))
+    for case in ("valueAdd", "listAppend", "listGet", "mapPut", "mapGet", "mapContains",
+                 "aggregatingAdd"):
+        for kind in ("distinct", "repeated"):
+            out.append(Target(f"state.{case}.batch.{kind}", f"state.{case}.scalar", None, None,
+                              "batch vs scalar"))
+    out.append(Target("state.listAddAll.batch", "state.listAddAll.scalar", None, None,
+                      "batch vs scalar"))
+    out.append(Target("state.aggregatingAdd.scalar.python", "state.aggregatingAdd.scalar", None,
+                      None, "Python AggregateFunction vs native SUM"))
+    out += [
+        Target("snapshot.full.write", "snapshot.iterate.baseline", ">=", 0.5,
+               "full snapshot entries/s vs plain native iteration of the same column families"),
+        Target("snapshot.full.write.uncompressed", "snapshot.iterate.baseline", None, None,
+               "the same without snappy framing (compress=False)"),
+        Target("snapshot.full.restore", "snapshot.iterate.baseline", ">=", 0.5,
+               "restore entries/s vs the same iteration (the brief applies the write target)"),
+        Target("checkpoint.incremental.seconds", "checkpoint.full.seconds", "<=", 0.10,
+               "incremental checkpoint after a 1% change vs a full snapshot of the same state"),
+        Target("spark.vectorized", "spark.transformWithStateInPandas", ">=", 20.0,
+               "map_with_state vs transformWithStateInPandas (ValueState, RocksDB provider)"),
+        Target("spark.grouped", "spark.applyInPandasWithState", ">=", 2.0,
+               "apply_with_state vs applyInPandasWithState"),
+        Target("memory.peak_rss", "memory.allowance", "<=", 1.0,
+               "peak RSS with state 10x the budget vs budget + fixed overhead"),
+        Target("memory.tight_malloc.peak_rss", "memory.tight_malloc.allowance", None, None,
+               "the same with glibc returning freed memory"),
+    ]
+    return out
+
+
+TARGETS = _targets()
+
+
+def evaluate(values: dict[str, float]) -> list[dict[str, Any]]:
+    """Every target whose case and baseline both ran, with its ratio and verdict."""
+    out = []
+    for t in TARGETS:
+        if t.case not in values or t.baseline not in values or not values[t.baseline]:
+            continue
+        ratio = values[t.case] / values[t.baseline]
+        passed = None
+        if t.op == ">=":
+            passed = ratio >= t.threshold
+        elif t.op == "<=":
+            passed = ratio <= t.threshold
+        out.append({"case": t.case, "baseline": t.baseline, "ratio": ratio, "op": t.op,
+                    "threshold": t.threshold, "passed": passed, "why": t.why})
+    return out
