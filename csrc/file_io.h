@@ -1,7 +1,8 @@
 // Buffered local file I/O for snapshot streams. Errors come back as rocksdb::Status naming the
 // file, so a failed snapshot or restore always says which file was at fault.
 // Invariant: FileWriter::offset() is the number of bytes handed to Append so far, i.e. the
-// position the next byte will have in the finished file.
+// position the next byte will have in the finished file; Close() returns OK only once every
+// byte is on stable storage (fsync). Writeback starts early, so that fsync finds little to do.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +28,11 @@ class FileWriter {
 
  private:
   rocksdb::Status Error(const char* what) const;
+  void StartWriteback();
   FILE* f_ = nullptr;
   std::string path_;
   uint64_t offset_ = 0;
+  uint64_t writeback_from_ = 0;
 };
 
 class FileReader {

@@ -140,7 +140,7 @@ rocksdb::Status FramedReader::NextChunk() {
   }
 }
 
-rocksdb::Status FramedReader::Read(char* out, size_t n, const char* /*what*/) {
+rocksdb::Status ChunkedReader::Read(char* out, size_t n) {
   while (n > 0) {
     if (pos_ == data_.size()) {
       rocksdb::Status st = NextChunk();
@@ -153,6 +153,25 @@ rocksdb::Status FramedReader::Read(char* out, size_t n, const char* /*what*/) {
     out += take;
     n -= take;
   }
+  return rocksdb::Status::OK();
+}
+
+rocksdb::Status RawReader::Begin(uint64_t offset) {
+  data_.clear();
+  pos_ = 0;
+  return in_->Seek(offset);
+}
+
+rocksdb::Status RawReader::NextChunk() {
+  data_.resize(kMaxBlock);
+  size_t got = 0;
+  rocksdb::Status st = in_->Read(&data_[0], kMaxBlock, &got);
+  if (!st.ok()) return st;
+  if (got == 0) {
+    return rocksdb::Status::Corruption(in_->path(), "file ends inside a key group (truncated)");
+  }
+  data_.resize(got);
+  pos_ = 0;
   return rocksdb::Status::OK();
 }
 

@@ -30,20 +30,51 @@ class FramedWriter {
   std::string header_;
 };
 
-class FramedReader {
+// A key-group section arriving in chunks. Parsers look straight into the current chunk when
+// what they need lies inside it (no copy) and fall back to Read across chunk boundaries.
+class ChunkedReader {
+ public:
+  virtual ~ChunkedReader() = default;
+  // Positions at the start of a section.
+  virtual rocksdb::Status Begin(uint64_t offset) = 0;
+  // Copies exactly n bytes, crossing chunks as needed.
+  rocksdb::Status Read(char* out, size_t n);
+  // The unread bytes of the current chunk; writable, so parsers may fix flags in place.
+  char* view() { return &data_[0] + pos_; }
+  size_t available() const { return data_.size() - pos_; }
+  void Skip(size_t n) { pos_ += n; }
+
+ protected:
+  virtual rocksdb::Status NextChunk() = 0;
+  std::string data_;
+  size_t pos_ = 0;
+};
+
+// Snappy framed sections: each chunk is one decompressed, CRC-checked block.
+class FramedReader : public ChunkedReader {
  public:
   explicit FramedReader(FileReader* in) : in_(in) {}
-  // Positions at a stream start (the reader must be at the stream identifier chunk).
-  rocksdb::Status Begin(uint64_t offset);
-  // Reads exactly n decompressed bytes.
-  rocksdb::Status Read(char* out, size_t n, const char* what);
+  rocksdb::Status Begin(uint64_t offset) override;
+
+ protected:
+  rocksdb::Status NextChunk() override;
 
  private:
-  rocksdb::Status NextChunk();
   FileReader* in_;
-  std::string data_;  // decompressed bytes of the current chunk
-  size_t pos_ = 0;
   std::string raw_;
+};
+
+// Uncompressed sections (snapshots written with compress=False), read in 64 KiB pieces.
+class RawReader : public ChunkedReader {
+ public:
+  explicit RawReader(FileReader* in) : in_(in) {}
+  rocksdb::Status Begin(uint64_t offset) override;
+
+ protected:
+  rocksdb::Status NextChunk() override;
+
+ private:
+  FileReader* in_;
 };
 
 }  // namespace stateengine

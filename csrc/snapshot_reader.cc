@@ -18,39 +18,59 @@ namespace {
 
 constexpr uint32_t kMaxEntryBytes = 1u << 30;
 
-// Reads a key-group section either through the snappy framing or raw.
-class GroupSource {
- public:
-  GroupSource(FileReader* in, bool compressed) : in_(in), framed_(in), compressed_(compressed) {}
-  rocksdb::Status Begin(uint64_t offset) {
-    return compressed_ ? framed_.Begin(offset) : in_->Seek(offset);
-  }
-  rocksdb::Status Read(char* out, size_t n, const char* what) {
-    return compressed_ ? framed_.Read(out, n, what) : in_->ReadExact(out, n, what);
-  }
-  rocksdb::Status ReadU16(uint16_t* v, const char* what) {
-    unsigned char b[2];
-    rocksdb::Status st = Read(reinterpret_cast<char*>(b), 2, what);
-    *v = static_cast<uint16_t>((b[0] << 8) | b[1]);
-    return st;
-  }
-  rocksdb::Status ReadBlob(std::string* out, const char* what) {
-    unsigned char b[4];
-    rocksdb::Status st = Read(reinterpret_cast<char*>(b), 4, what);
-    if (!st.ok()) return st;
-    const uint32_t n = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-    if (n > kMaxEntryBytes) {
-      return rocksdb::Status::Corruption(in_->path(), std::string("implausible length of ") + what);
-    }
-    out->resize(n);
-    return n == 0 ? st : Read(&(*out)[0], n, what);
-  }
+uint32_t GetBE32At(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+}
 
- private:
-  FileReader* in_;
-  FramedReader framed_;
-  bool compressed_;
-};
+rocksdb::Status ReadU16(ChunkedReader* src, uint16_t* v) {
+  unsigned char b[2];
+  rocksdb::Status st = src->Read(reinterpret_cast<char*>(b), 2);
+  *v = static_cast<uint16_t>((b[0] << 8) | b[1]);
+  return st;
+}
+
+rocksdb::Status ReadBlob(ChunkedReader* src, const std::string& path, std::string* out,
+                         const char* what) {
+  char b[4];
+  rocksdb::Status st = src->Read(b, 4);
+  if (!st.ok()) return st;
+  const uint32_t n = GetBE32At(b);
+  if (n > kMaxEntryBytes) {
+    return rocksdb::Status::Corruption(path, std::string("implausible length of ") + what);
+  }
+  out->resize(n);
+  return n == 0 ? st : src->Read(&(*out)[0], n);
+}
+
+// One `i32 len | key | i32 len | value` pair: in place when it lies inside the current chunk
+// (the common case), else copied into key_buf / value_buf.
+rocksdb::Status NextEntry(ChunkedReader* src, const std::string& path, std::string* key_buf,
+                          std::string* value_buf, rocksdb::Slice* key, rocksdb::Slice* value,
+                          char** key_first) {
+  const size_t avail = src->available();
+  if (avail >= 8) {
+    char* p = src->view();
+    const uint32_t kn = GetBE32At(p);
+    if (kn <= kMaxEntryBytes && avail >= 8ull + kn) {
+      const uint32_t vn = GetBE32At(p + 4 + kn);
+      if (vn <= kMaxEntryBytes && avail >= 8ull + kn + vn) {
+        *key = rocksdb::Slice(p + 4, kn);
+        *value = rocksdb::Slice(p + 8 + kn, vn);
+        *key_first = p + 4;
+        src->Skip(8ull + kn + vn);
+        return rocksdb::Status::OK();
+      }
+    }
+  }
+  rocksdb::Status st = ReadBlob(src, path, key_buf, "a key");
+  if (!st.ok()) return st;
+  if (!(st = ReadBlob(src, path, value_buf, "a value")).ok()) return st;
+  *key = rocksdb::Slice(*key_buf);
+  *value = rocksdb::Slice(*value_buf);
+  *key_first = key_buf->empty() ? nullptr : &(*key_buf)[0];
+  return st;
+}
 
 }  // namespace
 
@@ -85,8 +105,12 @@ rocksdb::Status SstSink::Roll(int cf, Column* col) {
   }
   col->files.push_back(dir_ + "/restore-" + std::to_string(cf) + "-" +
                        std::to_string(next_file_++) + ".sst");
-  col->writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(),
-                                                         db_->SstFileOptions(cf), db_->handle(cf));
+  // Uncompressed: block compression was half of the SST builder's work, and ingested files
+  // are rewritten (compressed) by the first compaction that reaches their key range.
+  rocksdb::Options options = db_->SstFileOptions(cf);
+  options.compression = rocksdb::kNoCompression;
+  col->writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options,
+                                                         db_->handle(cf));
   return col->writer->Open(col->files.back());
 }
 
@@ -124,34 +148,39 @@ rocksdb::Status FullSnapshotReader::RestoreKeyGroup(int32_t kg, uint64_t offset,
   auto corrupt = [&](const std::string& why) {
     return rocksdb::Status::Corruption(in_.path(), "key group " + std::to_string(kg) + ": " + why);
   };
-  GroupSource src(&in_, compressed);
-  rocksdb::Status st = src.Begin(offset);
+  FramedReader framed(&in_);
+  RawReader raw(&in_);
+  ChunkedReader* src = compressed ? static_cast<ChunkedReader*>(&framed) : &raw;
+  rocksdb::Status st = src->Begin(offset);
   if (!st.ok()) return st;
   uint16_t state_id;
-  if (!(st = src.ReadU16(&state_id, "a state id")).ok()) return st;
+  if (!(st = ReadU16(src, &state_id)).ok()) return st;
   uint64_t entries = 0, bytes = 0;
+  rocksdb::Slice key, value;
+  char* key_first = nullptr;
   while (state_id != kEndOfKeyGroupMark) {
     if (state_id >= cf_for_state.size()) return corrupt("unknown state id " + std::to_string(state_id));
     const int cf = cf_for_state[state_id];
     for (;;) {
-      if (!(st = src.ReadBlob(&key_, "a key")).ok()) return st;
-      if (!(st = src.ReadBlob(&value_, "a value")).ok()) return st;
-      if (key_.size() < static_cast<size_t>(prefix_bytes)) return corrupt("key shorter than its prefix");
-      const bool last = (static_cast<unsigned char>(key_[0]) & kMetaFollowsFlag) != 0;
-      key_[0] = static_cast<char>(key_[0] & ~kMetaFollowsFlag);
-      if (ReadKeyGroupPrefix(key_.data(), prefix_bytes) != kg) {
+      if (!(st = NextEntry(src, in_.path(), &key_, &value_, &key, &value, &key_first)).ok()) {
+        return st;
+      }
+      if (key.size() < static_cast<size_t>(prefix_bytes)) return corrupt("key shorter than its prefix");
+      const bool last = (static_cast<unsigned char>(key_first[0]) & kMetaFollowsFlag) != 0;
+      key_first[0] = static_cast<char>(key_first[0] & ~kMetaFollowsFlag);  // our buffer
+      if (ReadKeyGroupPrefix(key.data(), prefix_bytes) != kg) {
         return corrupt("entry of key group " +
-                       std::to_string(ReadKeyGroupPrefix(key_.data(), prefix_bytes)) +
+                       std::to_string(ReadKeyGroupPrefix(key.data(), prefix_bytes)) +
                        " inside the section");
       }
       if (cf >= 0) {
-        if (!(st = sink->Put(cf, key_, value_)).ok()) return st;
+        if (!(st = sink->Put(cf, key, value)).ok()) return st;
       }
       ++entries;
-      bytes += key_.size() + value_.size();
+      bytes += key.size() + value.size();
       if (last) break;
     }
-    if (!(st = src.ReadU16(&state_id, "a state id or end mark")).ok()) return st;
+    if (!(st = ReadU16(src, &state_id)).ok()) return st;
   }
   if (!(st = sink->EndKeyGroup()).ok()) return st;
   stats->entries += entries;
