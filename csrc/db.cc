@@ -79,6 +79,14 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   t.cache_index_and_filter_blocks = true;
   t.cache_index_and_filter_blocks_with_high_priority = true;
   t.pin_l0_filter_and_index_blocks_in_cache = true;
+  // Index and filter blocks stay in the cache (charged to the budget) but pinned, so a point
+  // lookup does not pay a cache lookup and reference count for each of them.
+  t.metadata_cache_options.top_level_index_pinning = rocksdb::PinningTier::kAll;
+  t.metadata_cache_options.partition_pinning = rocksdb::PinningTier::kAll;
+  t.metadata_cache_options.unpartitioned_pinning = rocksdb::PinningTier::kAll;
+  // Point lookups hash into a data block instead of binary-searching its restart points.
+  t.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  t.data_block_hash_table_util_ratio = 0.75;
   t.block_size = 16 * 1024;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   const size_t per_cf = static_cast<size_t>(budget.bytes() * budget.write_buffer_ratio() / 4);
