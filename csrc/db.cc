@@ -4,8 +4,12 @@
 #include <cstdlib>
 
 #include <rocksdb/filter_policy.h>
-#include <rocksdb/slice_transform.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/table.h>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace stateengine {
 namespace {
@@ -15,17 +19,45 @@ constexpr double kDefaultWriteBufferRatio = 0.5;
 constexpr size_t kMinWriteBuffer = 2ull << 20;
 constexpr size_t kMaxWriteBuffer = 64ull << 20;
 
+// Flushes and compactions free their memtables and I/O buffers in bulk, and glibc keeps such
+// memory in its per-thread arenas instead of returning it, so the process would stay larger
+// than the budget accounts for. Trimming right after those events hands it back.
+class TrimAfterBackgroundWork : public rocksdb::EventListener {
+ public:
+  void OnFlushCompleted(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& /*info*/) override {
+    Trim();
+  }
+  void OnCompactionCompleted(rocksdb::DB* /*db*/,
+                             const rocksdb::CompactionJobInfo& /*info*/) override {
+    Trim();
+  }
+
+ private:
+  static void Trim() {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+  }
+};
+
 }  // namespace
+
+size_t MemoryBudget::ReservedFor(size_t bytes) {
+  return std::min(bytes / 4, size_t{16} << 20);
+}
 
 MemoryBudget::MemoryBudget() : bytes_(kDefaultBudget), write_buffer_ratio_(kDefaultWriteBufferRatio) {
   rocksdb::LRUCacheOptions opts;
-  opts.capacity = bytes_;
+  opts.capacity = bytes_ - ReservedFor(bytes_);
   opts.num_shard_bits = 4;
   opts.high_pri_pool_ratio = 0.1;  // index and filter blocks stay ahead of data blocks
+  // Cache blocks live in their own slabs: freed blocks leave holes only other blocks use.
+  allocator_ = std::make_shared<SlabBlockAllocator>();
+  opts.memory_allocator = allocator_;
   cache_ = rocksdb::NewLRUCache(opts);
   // Memtable memory is charged to the cache, so cache + memtables share one bound.
   wbm_ = std::make_shared<rocksdb::WriteBufferManager>(
-      static_cast<size_t>(bytes_ * write_buffer_ratio_), cache_);
+      static_cast<size_t>(opts.capacity * write_buffer_ratio_), cache_);
 }
 
 MemoryBudget& MemoryBudget::Instance() {
@@ -37,14 +69,17 @@ void MemoryBudget::Configure(size_t bytes, double write_buffer_ratio) {
   std::lock_guard<std::mutex> lock(mu_);
   bytes_ = bytes;
   write_buffer_ratio_ = write_buffer_ratio;
-  cache_->SetCapacity(bytes);
-  wbm_->SetBufferSize(static_cast<size_t>(bytes * write_buffer_ratio));
+  const size_t capacity = bytes - ReservedFor(bytes);
+  cache_->SetCapacity(capacity);
+  wbm_->SetBufferSize(static_cast<size_t>(capacity * write_buffer_ratio));
 }
 
 size_t MemoryBudget::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
 }
+
+size_t MemoryBudget::cache_capacity() const { return cache_->GetCapacity(); }
 
 double MemoryBudget::write_buffer_ratio() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -53,6 +88,7 @@ double MemoryBudget::write_buffer_ratio() const {
 
 size_t MemoryBudget::CacheUsage() const { return cache_->GetUsage(); }
 size_t MemoryBudget::MemtableUsage() const { return wbm_->memory_usage(); }
+size_t MemoryBudget::CacheBlockBytes() const { return allocator_->live_bytes(); }
 
 rocksdb::DBOptions StateDB::MakeDBOptions() {
   rocksdb::DBOptions o;
@@ -67,6 +103,8 @@ rocksdb::DBOptions StateDB::MakeDBOptions() {
   o.stats_persist_period_sec = 0;
   // Durability comes from checkpoints: nothing in the local directory must survive a crash.
   o.avoid_flush_during_shutdown = true;
+  static const auto trim = std::make_shared<TrimAfterBackgroundWork>();
+  o.listeners.push_back(trim);
   return o;
 }
 
@@ -89,7 +127,7 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   t.data_block_hash_table_util_ratio = 0.75;
   t.block_size = 16 * 1024;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  const size_t per_cf = static_cast<size_t>(budget.bytes() * budget.write_buffer_ratio() / 4);
+  const size_t per_cf = static_cast<size_t>(budget.cache_capacity() * budget.write_buffer_ratio() / 4);
   o.write_buffer_size = std::clamp(per_cf, kMinWriteBuffer, kMaxWriteBuffer);
   o.max_write_buffer_number = 2;
   // LZ4 compresses and decompresses faster than RocksDB's default snappy at a similar ratio;

@@ -16,20 +16,30 @@
 #include <rocksdb/write_batch.h>
 #include <rocksdb/write_buffer_manager.h>
 
+#include "block_allocator.h"
 #include "codec.h"
 #include "merge_operators.h"
 
 namespace stateengine {
 
+// The budget bounds all of RocksDB's memory, not just the cache: RocksDB also uses memory
+// outside it (table readers, flush/compaction I/O buffers, iterators), so a share of the budget
+// is reserved for that (as Flink sizes its block cache below managed memory) and the block
+// cache, which memtables are charged to, gets the rest.
 class MemoryBudget {
  public:
   static MemoryBudget& Instance();
   // Resizes the shared cache and write-buffer limit; open instances follow immediately.
   void Configure(size_t bytes, double write_buffer_ratio);
+  // Part of a budget kept for RocksDB's memory outside the block cache.
+  static size_t ReservedFor(size_t bytes);
   size_t bytes() const;
+  size_t cache_capacity() const;
   double write_buffer_ratio() const;
   size_t CacheUsage() const;
   size_t MemtableUsage() const;
+  // Resident bytes of cached blocks (their slab slots); compare with CacheUsage().
+  size_t CacheBlockBytes() const;
   std::shared_ptr<rocksdb::Cache> cache() const { return cache_; }
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffer_manager() const { return wbm_; }
 
@@ -40,6 +50,7 @@ class MemoryBudget {
   double write_buffer_ratio_;
   std::shared_ptr<rocksdb::Cache> cache_;
   std::shared_ptr<rocksdb::WriteBufferManager> wbm_;
+  std::shared_ptr<SlabBlockAllocator> allocator_;
 };
 
 enum class MergeKind : uint8_t { kNone = 0, kList = 1, kNumeric = 2 };

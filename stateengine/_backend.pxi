@@ -20,10 +20,15 @@ def configure_memory(size_t budget_bytes, double write_buffer_ratio=0.5):
 
 
 def memory_usage() -> dict:
-    """Bytes the shared budget holds now: block cache (which includes memtables) and memtables."""
+    """Bytes the shared budget holds now: ``cache`` (block cache charge, memtables included),
+    ``memtables``, ``cache_blocks`` (resident bytes of cached blocks, which live in their own
+    slabs) and ``cache_capacity`` (the budget minus the share kept for RocksDB's memory outside
+    the cache)."""
     cdef CMemoryBudget* b = &CMemoryBudget.Instance()
-    return {"budget": b.bytes(), "write_buffer_ratio": b.write_buffer_ratio(),
-            "cache": b.CacheUsage(), "memtables": b.MemtableUsage()}
+    return {"budget": b.bytes(), "cache_capacity": b.cache_capacity(),
+            "write_buffer_ratio": b.write_buffer_ratio(),
+            "cache": b.CacheUsage(), "memtables": b.MemtableUsage(),
+            "cache_blocks": b.CacheBlockBytes()}
 
 
 cdef inline bytes _to_bytes(const string& s):

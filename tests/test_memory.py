@@ -73,3 +73,30 @@ def test_state_larger_than_the_budget(small_budget, make_backend):
     assert peak_cache <= BUDGET + SLACK, f"cache grew to {peak_cache / MiB:.1f} MiB"
     assert usage["memtables"] <= BUDGET // 2 + SLACK
     backend.dispose()  # ~200 MB of SST files: do not leave them in pytest's retained tmp dirs
+
+
+def test_a_share_of_the_budget_is_reserved_for_memory_outside_the_cache():
+    try:
+        stateengine.configure_memory(64 * MiB)
+        assert stateengine.memory_usage()["cache_capacity"] == 48 * MiB  # a quarter reserved
+        stateengine.configure_memory(1024 * MiB)
+        assert stateengine.memory_usage()["cache_capacity"] == 1008 * MiB  # at most 16 MiB
+    finally:
+        stateengine.configure_memory(DEFAULT_BUDGET)
+
+
+def test_cached_blocks_live_in_slabs_that_track_the_cache_charge(small_budget, make_backend):
+    """Under cache churn the resident memory of cached blocks stays within what the cache is
+    charged, instead of drifting away from it as heap fragmentation would."""
+    backend = make_backend()
+    blob = backend.get_state(ValueStateDescriptor("blob", value_type=bytes))
+    keys = np.arange(6000, dtype=np.int64)
+    values = np.array([np.random.default_rng(int(k)).bytes(2000) for k in keys], dtype=object)
+    blob.put_many(keys, values)
+    backend._native_flush()
+    for round_ in range(3):  # random reads of ~12 MiB of state through a ~12 MiB cache
+        got, found = blob.get_many(np.random.default_rng(round_).permutation(keys))
+        assert found.all()
+    usage = stateengine.memory_usage()
+    assert usage["cache_blocks"] > 0
+    assert usage["cache_blocks"] <= usage["cache_capacity"] + 2 * MiB

@@ -118,9 +118,11 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CMemoryBudget& Instance()
         void Configure(size_t, double)
         size_t bytes()
+        size_t cache_capacity()
         double write_buffer_ratio()
         size_t CacheUsage()
         size_t MemtableUsage()
+        size_t CacheBlockBytes()
 
     ctypedef uint8_t CMergeKind "stateengine::MergeKind"
 
