@@ -1,11 +1,14 @@
 #include "snapshot_reader.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
+
+#include <sys/stat.h>
 
 #include <rocksdb/write_batch.h>
 
@@ -125,21 +128,77 @@ rocksdb::Status SstSink::Put(int cf, const rocksdb::Slice& key, const rocksdb::S
 }
 
 rocksdb::Status SstSink::Finish() {
-  for (size_t cf = 0; cf < columns_.size(); ++cf) {
-    Column& col = columns_[cf];
+  for (auto& col : columns_) {
     if (!col.writer) continue;
     rocksdb::Status st = col.writer->Finish();
     col.writer.reset();
     if (!st.ok()) return st;
-    rocksdb::IngestExternalFileOptions io;
-    io.move_files = true;
-    io.allow_blocking_flush = true;
-    st = db_->raw()->IngestExternalFile(db_->handle(static_cast<int>(cf)), col.files, io);
-    if (!st.ok()) return st;
-    col.files.clear();
   }
   return rocksdb::Status::OK();
 }
+
+std::vector<std::vector<std::string>> SstSink::TakeFiles() {
+  std::vector<std::vector<std::string>> out(columns_.size());
+  for (size_t cf = 0; cf < columns_.size(); ++cf) out[cf].swap(columns_[cf].files);
+  return out;
+}
+
+namespace {
+
+// One worker's share of a restore: its own readers, decoding on the calling thread and SST
+// building on a second one.
+struct RestoreShare {
+  std::vector<SectionRef> sections;
+  std::string dir;
+  RestoreStats stats;
+  rocksdb::Status status;
+  std::vector<std::vector<std::string>> files;
+  SstSink* sst = nullptr;
+};
+
+void RunShare(StateDB* db, int prefix_bytes, const std::vector<SnapshotFile>& files,
+              RestoreShare* share) {
+  std::vector<std::unique_ptr<FullSnapshotReader>> readers(files.size());
+  auto sst = std::make_unique<SstSink>(db, share->dir);
+  SstSink* raw_sst = sst.get();
+  ThreadedSink sink(std::move(sst));
+  for (const auto& s : share->sections) {
+    if (!readers[s.file]) {
+      readers[s.file] = std::make_unique<FullSnapshotReader>();
+      if (!(share->status = readers[s.file]->Open(files[s.file].path)).ok()) return;
+    }
+    share->status = readers[s.file]->RestoreKeyGroup(s.key_group, s.offset,
+                                                     files[s.file].compressed, prefix_bytes,
+                                                     files[s.file].cf_for_state, &sink,
+                                                     &share->stats);
+    if (!share->status.ok()) return;
+  }
+  if ((share->status = sink.Finish()).ok()) share->files = raw_sst->TakeFiles();
+}
+
+// Bytes of each section (up to the next section of its file, or the file's end): the shares
+// are cut by bytes so both threads get similar work.
+std::vector<uint64_t> SectionBytes(const std::vector<SnapshotFile>& files,
+                                   const std::vector<SectionRef>& sections) {
+  std::vector<std::vector<uint64_t>> starts(files.size());
+  for (const auto& s : sections) starts[s.file].push_back(s.offset);
+  std::vector<uint64_t> sizes(files.size(), 0);
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::sort(starts[f].begin(), starts[f].end());
+    FileReader r;
+    if (r.Open(files[f].path).ok()) sizes[f] = r.size();
+  }
+  std::vector<uint64_t> out;
+  for (const auto& s : sections) {
+    const auto& st = starts[s.file];
+    auto it = std::upper_bound(st.begin(), st.end(), s.offset);
+    const uint64_t end = it == st.end() ? std::max(sizes[s.file], s.offset) : *it;
+    out.push_back(end - s.offset);
+  }
+  return out;
+}
+
+}  // namespace
 
 rocksdb::Status FullSnapshotReader::RestoreKeyGroup(int32_t kg, uint64_t offset, bool compressed,
                                                     int prefix_bytes,
@@ -302,29 +361,66 @@ rocksdb::Status RestoreSections(StateDB* db, int prefix_bytes,
                                 const std::vector<SnapshotFile>& files,
                                 const std::vector<SectionRef>& sections,
                                 const std::string& sst_dir, RestoreStats* stats) {
-  std::vector<std::unique_ptr<FullSnapshotReader>> readers;
-  for (const auto& f : files) {
-    readers.push_back(std::make_unique<FullSnapshotReader>());
-    rocksdb::Status st = readers.back()->Open(f.path);
-    if (!st.ok()) return st;
-  }
-  std::unique_ptr<RestoreSink> sink;
-  if (sst_dir.empty()) {
-    sink = std::make_unique<BatchSink>(db);
-  } else {
-    sink = std::make_unique<ThreadedSink>(std::make_unique<SstSink>(db, sst_dir));
-  }
   for (const auto& s : sections) {
     if (s.file < 0 || static_cast<size_t>(s.file) >= files.size()) {
       return rocksdb::Status::InvalidArgument("section refers to an unknown snapshot file");
     }
-    const SnapshotFile& f = files[s.file];
-    rocksdb::Status st = readers[s.file]->RestoreKeyGroup(s.key_group, s.offset, f.compressed,
-                                                          prefix_bytes, f.cf_for_state,
-                                                          sink.get(), stats);
+  }
+  if (sst_dir.empty()) {  // targets that hold data: one write batch per key group
+    std::vector<std::unique_ptr<FullSnapshotReader>> readers;
+    for (const auto& f : files) {
+      readers.push_back(std::make_unique<FullSnapshotReader>());
+      rocksdb::Status st = readers.back()->Open(f.path);
+      if (!st.ok()) return st;
+    }
+    BatchSink sink(db);
+    for (const auto& s : sections) {
+      const SnapshotFile& f = files[s.file];
+      rocksdb::Status st = readers[s.file]->RestoreKeyGroup(
+          s.key_group, s.offset, f.compressed, prefix_bytes, f.cf_for_state, &sink, stats);
+      if (!st.ok()) return st;
+    }
+    return sink.Finish();
+  }
+  // Two shares of contiguous key groups, cut at half of the bytes: their SST files do not
+  // overlap, so all of them are ingested together once both shares decoded completely.
+  const std::vector<uint64_t> bytes = SectionBytes(files, sections);
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  RestoreShare shares[2];
+  uint64_t seen = 0;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    shares[seen * 2 < total ? 0 : 1].sections.push_back(sections[i]);
+    seen += bytes[i];
+  }
+  shares[0].dir = sst_dir + "/a";
+  shares[1].dir = sst_dir + "/b";
+  for (auto& sh : shares) ::mkdir(sh.dir.c_str(), 0755);
+  std::thread second([&] { RunShare(db, prefix_bytes, files, &shares[1]); });
+  RunShare(db, prefix_bytes, files, &shares[0]);
+  second.join();
+  for (auto& sh : shares) {
+    if (!sh.status.ok()) return sh.status;
+  }
+  size_t cfs = std::max(shares[0].files.size(), shares[1].files.size());
+  for (size_t cf = 0; cf < cfs; ++cf) {
+    std::vector<std::string> all;
+    for (auto& sh : shares) {
+      if (cf < sh.files.size()) all.insert(all.end(), sh.files[cf].begin(), sh.files[cf].end());
+    }
+    if (all.empty()) continue;
+    rocksdb::IngestExternalFileOptions io;
+    io.move_files = true;
+    io.allow_blocking_flush = true;
+    rocksdb::Status st = db->raw()->IngestExternalFile(db->handle(static_cast<int>(cf)), all, io);
     if (!st.ok()) return st;
   }
-  return sink->Finish();
+  for (auto& sh : shares) {
+    stats->entries += sh.stats.entries;
+    stats->raw_bytes += sh.stats.raw_bytes;
+    stats->key_groups += sh.stats.key_groups;
+  }
+  return rocksdb::Status::OK();
 }
 
 }  // namespace stateengine

@@ -48,8 +48,9 @@ class BatchSink : public RestoreSink {
   rocksdb::WriteBatch batch_;
 };
 
-// SST files per column family, ingested at the end: no memtable, flush or compaction work.
-// Keys must arrive in ascending order per column family (key groups in ascending order).
+// SST files per column family (no memtable, flush or compaction work); Finish completes them
+// and IngestSstFiles makes them visible. Keys must arrive in ascending order per column family
+// (key groups in ascending order).
 class SstSink : public RestoreSink {
  public:
   SstSink(StateDB* db, std::string dir) : db_(db), dir_(std::move(dir)) {}
@@ -57,6 +58,8 @@ class SstSink : public RestoreSink {
   rocksdb::Status Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) override;
   rocksdb::Status EndKeyGroup() override { return rocksdb::Status::OK(); }
   rocksdb::Status Finish() override;
+  // Hands the finished files over (by column family); the sink no longer deletes them.
+  std::vector<std::vector<std::string>> TakeFiles();
 
  private:
   struct Column {
