@@ -450,7 +450,7 @@ def map_cases(bench: Bench) -> None:
             r = alternate({"se": map_put, "rd": rd_put}, s.repeats)
             bench.add(scalar_result("mapPut", r["se"], "set_current_key + put(user key, v)"))
             bench.add(rate_result("baseline.rocksdict.mapPut", "baseline", "ops/s",
-                                  f"rocksdict put(16-byte key, 8-byte value), WAL off", r["rd"]))
+                                  "rocksdict put(16-byte key, 8-byte value), WAL off", r["rd"]))
         rdb.close()
     if bench.wants("state.mapContains.scalar"):
         with fresh_case(bench, backend):

@@ -15,10 +15,11 @@ from typing import Any, Iterable
 
 from hypothesis import strategies as st
 
-from stateengine import (AggregateFunction, AggregatingStateDescriptor, KeyedStateBackend,
+from stateengine import (AggregatingStateDescriptor, KeyedStateBackend,
                          KeyGroupRange, ListStateDescriptor, MapStateDescriptor,
                          ReducingStateDescriptor, SortedMapStateDescriptor, ValueStateDescriptor,
                          aggregates, reducers)
+from tests.user_functions import SumCount
 
 NAMESPACES = (None, "w1", 7, b"ns")
 FAR_FUTURE = 1 << 62
@@ -29,20 +30,6 @@ def concat(a: str, b: str) -> str:
     return a + b
 
 
-class SumCount(AggregateFunction):
-    """A Python aggregate with a tuple accumulator (stored through pickle)."""
-
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
 
 
 STATE_NAMES = ("value", "list", "map", "sorted", "sum", "concat", "sumcount", "count")

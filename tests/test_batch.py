@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stateengine import (AggregateFunction, AggregatingStateDescriptor, KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
+from stateengine import (AggregatingStateDescriptor, KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
                          ListStateDescriptor, MapStateDescriptor, NullElementError,
                          ReducingStateDescriptor, SerializationError, SortedMapStateDescriptor,
                          ValueStateDescriptor, aggregates, reducers)
+from tests.user_functions import Average
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -251,18 +252,6 @@ def test_aggregating_count_and_sum(make_backend):
     assert scalar_values(be, count, [1, 2, 3], lambda st_: st_.get()) == [2, 1, 4]
 
 
-class MeanAggregate(AggregateFunction):
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc):
-        return acc[0] / acc[1]
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
 
 
 def test_python_functions_fold_in_input_order(make_backend):
@@ -270,8 +259,8 @@ def test_python_functions_fold_in_input_order(make_backend):
     concat = lambda x, y: x + y  # noqa: E731 - order-sensitive on purpose
     ra = a.get_state(ReducingStateDescriptor("r", concat))
     rb = b.get_state(ReducingStateDescriptor("r", concat))
-    ma = a.get_state(AggregatingStateDescriptor("m", MeanAggregate()))
-    mb = b.get_state(AggregatingStateDescriptor("m", MeanAggregate()))
+    ma = a.get_state(AggregatingStateDescriptor("m", Average()))
+    mb = b.get_state(AggregatingStateDescriptor("m", Average()))
     keys = ["k", "j", "k", "k", "j"]
     words = ["a", "b", "c", "d", "e"]
     ra.add_many(keys, words)

@@ -9,10 +9,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from stateengine import (AggregateFunction, AggregatingStateDescriptor, KeyGroupRange,
+from stateengine import (AggregatingStateDescriptor, KeyGroupRange,
                          ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
                          SortedMapStateDescriptor, ValueStateDescriptor, aggregates,
                          assign_key_group, reducers)
+from tests.user_functions import Average
 
 
 @dataclasses.dataclass
@@ -21,20 +22,6 @@ class Point:
     y: int
 
 
-class Average(AggregateFunction):
-    """Accumulator (sum, count) -> mean; a pure Python aggregate."""
-
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc):
-        return acc[0] / acc[1]
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
 
 
 # ---- value state ----------------------------------------------------------------------------
