@@ -62,8 +62,16 @@ def worker_python(wheel, tmp_path_factory):
     venv = tmp_path_factory.mktemp("workers-venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "install", "-q", wheel, "pandas>=2,<3", "pyarrow", "numpy"],
-                   check=True)
+    # Away from the checkout: with the repo (and its stateengine.egg-info) on sys.path through
+    # the working directory or PYTHONPATH, pip would call the wheel "already satisfied".
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel,
+                    "pandas>=2,<3", "pyarrow", "numpy"], check=True, cwd=str(venv), env=env)
+    where = subprocess.run([py, "-c", "import stateengine._native, stateengine; "
+                            "print(stateengine.__file__)"], cwd=str(venv), env=env,
+                           capture_output=True, text=True)
+    assert where.returncode == 0 and where.stdout.startswith(str(venv)), \
+        f"the wheel is not importable from the workers' virtualenv: {where.stdout}{where.stderr}"
     return py
 
 
