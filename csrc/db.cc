@@ -1,7 +1,7 @@
 #include "db.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
@@ -108,6 +108,13 @@ rocksdb::DBOptions StateDB::MakeDBOptions() {
   return o;
 }
 
+namespace {
+std::atomic<bool> g_bottommost_filters{false};
+}  // namespace
+
+void StateDB::SetBottommostFilters(bool on) { g_bottommost_filters.store(on); }
+bool StateDB::bottommost_filters() { return g_bottommost_filters.load(); }
+
 rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamilySpec& spec) const {
   rocksdb::ColumnFamilyOptions o;
   MemoryBudget& budget = MemoryBudget::Instance();
@@ -124,8 +131,11 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   t.metadata_cache_options.unpartitioned_pinning = rocksdb::PinningTier::kAll;
   // Point lookups hash into a data block instead of binary-searching its restart points.
   t.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
-  t.data_block_hash_table_util_ratio = 0.75;
+  // A lookup whose bucket also holds a key of another restart interval falls back to binary
+  // search: about 1 - e^-ratio of them, 39% at 0.5 against 53% at the default 0.75.
+  t.data_block_hash_table_util_ratio = 0.5;
   t.block_size = 16 * 1024;
+  o.optimize_filters_for_hits = !bottommost_filters();
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   const size_t per_cf = static_cast<size_t>(budget.cache_capacity() * budget.write_buffer_ratio() / 4);
   o.write_buffer_size = std::clamp(per_cf, kMinWriteBuffer, kMaxWriteBuffer);

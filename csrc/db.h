@@ -76,6 +76,12 @@ class StateDB {
   // Opens (creating if needed) the database at path with exactly the given column families.
   static rocksdb::Status Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
                               std::unique_ptr<StateDB>* out);
+  // Whether column families opened from now on build Bloom filters for their bottommost level
+  // too. Off by default: most lookups of keyed state find their key, which lives in the last
+  // level, so the filter probe (a cache miss per lookup) is wasted there; misses are still
+  // filtered out in every level above. Miss-heavy states (deduplication) turn it on.
+  static void SetBottommostFilters(bool on);
+  static bool bottommost_filters();
   ~StateDB();
   StateDB(const StateDB&) = delete;
   StateDB& operator=(const StateDB&) = delete;
@@ -90,6 +96,11 @@ class StateDB {
   rocksdb::ColumnFamilyHandle* handle(int index) const { return handles_[index]; }
   rocksdb::DB* raw() const { return db_; }
   const std::string& path() const { return path_; }
+  // A RocksDB property of one column family ("rocksdb.aggregated-table-properties", ...);
+  // false if RocksDB does not know it.
+  bool Property(int cf, const std::string& name, std::string* out) const {
+    return db_->GetProperty(handles_[cf], name, out);
+  }
 
   rocksdb::Status Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value);
   rocksdb::Status Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);

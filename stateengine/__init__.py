@@ -10,7 +10,7 @@ Quick use::
 """
 
 from . import aggregates, reducers
-from ._native import configure_memory, memory_usage
+from ._native import configure_bloom_filters, configure_memory, memory_usage
 from .backend import KeyedStateBackend
 from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
                           ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
@@ -42,6 +42,6 @@ __all__ = [
     "SerializationError", "SortedMapState", "SortedMapStateDescriptor", "StateDescriptor",
     "StateEngineError", "StateKind", "StateRegistrationError", "StorageError",
     "UnknownStateError", "ValueState", "ValueStateDescriptor", "aggregates",
-    "assign_key_group", "configure_memory", "key_group_prefix_bytes", "memory_usage",
-    "operator_for_key_group", "reducers", "spark_hash",
+    "assign_key_group", "configure_bloom_filters", "configure_memory", "key_group_prefix_bytes",
+    "memory_usage", "operator_for_key_group", "reducers", "spark_hash",
 ]

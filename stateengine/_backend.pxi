@@ -19,6 +19,18 @@ def configure_memory(size_t budget_bytes, double write_buffer_ratio=0.5):
     CMemoryBudget.Instance().Configure(budget_bytes, write_buffer_ratio)
 
 
+def configure_bloom_filters(bint bottommost_level=False):
+    """Whether backends opened from now on keep Bloom filters for their bottommost level.
+
+    Off by default (RocksDB's ``optimize_filters_for_hits``): keyed state is mostly read for
+    keys that exist, and those live in the last level, where a filter probe only adds a cache
+    miss to every lookup. Lookups of absent keys are still filtered in every level above it.
+    Turn it on for states mostly asked about keys they do not hold (deduplication of new
+    events) once they outgrow memory, so such misses never read a data block.
+    """
+    CStateDB.SetBottommostFilters(bottommost_level)
+
+
 def memory_usage() -> dict:
     """Bytes the shared budget holds now: ``cache`` (block cache charge, memtables included),
     ``memtables``, ``cache_blocks`` (resident bytes of cached blocks, which live in their own
@@ -255,6 +267,15 @@ cdef class NativeBackend:
             st = self._db.get().Count(cf, lo, hi, &n)
         check_status(st)
         return n
+
+    def _native_property(self, int cf, str name):
+        """A RocksDB property of a state's column family as text, or None if unknown."""
+        cdef string out
+        cdef string cname = name.encode("utf-8")
+        self._check_open()
+        if not self._db.get().Property(cf, cname, &out):
+            return None
+        return out.decode("utf-8", "replace")
 
     def _native_flush(self):
         cdef CStatus st

@@ -142,8 +142,13 @@ cdef extern from "db.h" namespace "stateengine" nogil:
     cdef cppclass CStateDB "stateengine::StateDB":
         @staticmethod
         CStatus Open(const string&, const vector[CColumnFamilySpec]&, unique_ptr[CStateDB]*)
+        @staticmethod
+        void SetBottommostFilters(bint)
+        @staticmethod
+        bint bottommost_filters()
         CStatus Close()
         CStatus CreateColumnFamily(const CColumnFamilySpec&, int*)
+        bint Property(int, const string&, string*)
         CStatus DropColumnFamily(int)
         int FindColumnFamily(const string&)
         size_t num_column_families()

@@ -142,7 +142,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      on_timer: Callable[[Any, Any, GroupContext], Any] | None = None,
                      watermark: int | None = None, processing_time: int | None = None,
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
-                     memory_budget_mb: int | None = None) -> DataFrame:
+                     memory_budget_mb: int | None = None,
+                     bottommost_bloom_filters: bool = False) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
@@ -150,13 +151,16 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     to ``processing_time`` fire through ``on_timer(key, timer, ctx)`` (only when ``on_timer``
     is given). State lives in ``checkpoint`` (a directory or URI every executor can reach) under
     ``operator_id``; ``num_partitions`` may change between batches (state is redistributed by
-    key group) but ``max_parallelism`` must stay fixed.
+    key group) but ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
+    worker's budget; ``bottommost_bloom_filters`` keeps Bloom filters on every level, for
+    states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
     """
     out = _schema(schema)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, watermark=watermark, processing_time=processing_time,
                   min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                  memory_budget_mb=memory_budget_mb)
+                  memory_budget_mb=memory_budget_mb,
+                  bottommost_bloom_filters=bottommost_bloom_filters)
     routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
     routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
 
@@ -194,14 +198,16 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    max_parallelism: int = DEFAULT_MAX_PARALLELISM,
                    operator_id: str = "default", min_versions_to_retain: int = 10,
                    local_dir: str | None = None,
-                   memory_budget_mb: int | None = None) -> DataFrame:
+                   memory_budget_mb: int | None = None,
+                   bottommost_bloom_filters: bool = False) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, routing and rescaling behave as in ``apply_with_state``."""
     out = _schema(schema)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, min_versions_to_retain=min_versions_to_retain,
-                  local_dir=local_dir, memory_budget_mb=memory_budget_mb)
+                  local_dir=local_dir, memory_budget_mb=memory_budget_mb,
+                  bottommost_bloom_filters=bottommost_bloom_filters)
     routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
 
     def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -42,6 +42,7 @@ class TaskConfig:
     min_versions_to_retain: int = 10
     local_dir: str | None = None
     memory_budget_mb: int | None = None
+    bottommost_bloom_filters: bool = False
     output_cols: list[str] = field(default_factory=list)
 
     @property
@@ -104,6 +105,8 @@ class TaskState:
     def __init__(self, cfg: TaskConfig, partition: tuple[int, int] | None = None) -> None:
         if cfg.memory_budget_mb:
             _native.configure_memory(cfg.memory_budget_mb << 20)
+        # Read when a backend opens; one already open in this worker keeps its filters.
+        _native.configure_bloom_filters(cfg.bottommost_bloom_filters)
         self.cfg = cfg
         self.partition_id, self.attempt = partition or current_partition()
         self.provider = provider_for(cfg, self.partition_id)
