@@ -78,9 +78,9 @@ def test_state_larger_than_the_budget(small_budget, make_backend):
 def test_a_share_of_the_budget_is_reserved_for_memory_outside_the_cache():
     try:
         stateengine.configure_memory(64 * MiB)
-        assert stateengine.memory_usage()["cache_capacity"] == 48 * MiB  # a quarter reserved
+        assert stateengine.memory_usage()["cache_capacity"] == 44 * MiB  # 5/16 reserved
         stateengine.configure_memory(1024 * MiB)
-        assert stateengine.memory_usage()["cache_capacity"] == 1008 * MiB  # at most 16 MiB
+        assert stateengine.memory_usage()["cache_capacity"] == 1004 * MiB  # at most 20 MiB
     finally:
         stateengine.configure_memory(DEFAULT_BUDGET)
 
