@@ -96,11 +96,6 @@ class StateDB {
   rocksdb::ColumnFamilyHandle* handle(int index) const { return handles_[index]; }
   rocksdb::DB* raw() const { return db_; }
   const std::string& path() const { return path_; }
-  // A RocksDB property of one column family ("rocksdb.aggregated-table-properties", ...);
-  // false if RocksDB does not know it.
-  bool Property(int cf, const std::string& name, std::string* out) const {
-    return db_->GetProperty(handles_[cf], name, out);
-  }
 
   rocksdb::Status Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value);
   rocksdb::Status Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);

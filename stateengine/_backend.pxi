@@ -268,15 +268,6 @@ cdef class NativeBackend:
         check_status(st)
         return n
 
-    def _native_property(self, int cf, str name):
-        """A RocksDB property of a state's column family as text, or None if unknown."""
-        cdef string out
-        cdef string cname = name.encode("utf-8")
-        self._check_open()
-        if not self._db.get().Property(cf, cname, &out):
-            return None
-        return out.decode("utf-8", "replace")
-
     def _native_flush(self):
         cdef CStatus st
         self._check_open()

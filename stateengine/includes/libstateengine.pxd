@@ -148,7 +148,6 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         bint bottommost_filters()
         CStatus Close()
         CStatus CreateColumnFamily(const CColumnFamilySpec&, int*)
-        bint Property(int, const string&, string*)
         CStatus DropColumnFamily(int)
         int FindColumnFamily(const string&)
         size_t num_column_families()
