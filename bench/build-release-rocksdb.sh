@@ -7,13 +7,19 @@
 # that. Used by bench/run.py --rocksdb release; CI and development keep Debian's library.
 # RTTI stays on (CMake turns it off for Release): csrc/ subclasses rocksdb::MergeOperator, which
 # needs RocksDB's typeinfo symbols to link, as conanfile.txt's use_rtti=True says for wheels.
+# NPERF_CONTEXT compiles RocksDB's per-thread perf context out, as conan/release.profile does
+# for wheels: in a library linked into a Python extension every perf counter update is a
+# __tls_get_addr call, ~10% of a cached point lookup; stateengine never reads those counters.
 #   bench/build-release-rocksdb.sh [PREFIX]   (prints PREFIX when done)
 set -euo pipefail
 PREFIX="${1:-$HOME/.cache/stateengine/rocksdb-7.8.3-release}"
-has_rtti() { nm -g --defined-only "$PREFIX/lib/librocksdb.a" 2>/dev/null | grep _ZTIN7rocksdb13MergeOperatorE >/dev/null; }
+symbols() { nm -g --defined-only "$PREFIX/lib/librocksdb.a" 2>/dev/null; }
+has_rtti() { symbols | grep _ZTIN7rocksdb13MergeOperatorE >/dev/null; }
+# a thread-local perf context has a TLS init function
+has_perf_context() { symbols | grep _ZTHN7rocksdb12perf_contextE >/dev/null; }
 if [ -f "$PREFIX/lib/pkgconfig/rocksdb.pc" ] && [ -f "$PREFIX/lib/librocksdb.a" ]; then
-    if has_rtti; then echo "$PREFIX"; exit 0; fi
-    echo "$PREFIX holds a RocksDB built without RTTI; rebuilding it" >&2
+    if has_rtti && ! has_perf_context; then echo "$PREFIX"; exit 0; fi
+    echo "$PREFIX holds a RocksDB built without RTTI or with the perf context; rebuilding it" >&2
     rm -rf "$PREFIX"
 fi
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -35,6 +41,7 @@ $SUDO rm -f "$src_list"
 tar xzf rocksdb_7.8.3.orig.tar.gz
 cd rocksdb-7.8.3
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PREFIX" \
+    -DCMAKE_CXX_FLAGS=-DNPERF_CONTEXT \
     -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DPORTABLE=ON -DFAIL_ON_WARNINGS=OFF -DUSE_RTTI=1 \
     -DWITH_SNAPPY=ON -DWITH_LZ4=ON -DWITH_ZSTD=ON -DWITH_ZLIB=ON -DWITH_BZ2=ON \
     -DWITH_GFLAGS=OFF -DWITH_TESTS=OFF -DWITH_TOOLS=OFF -DWITH_CORE_TOOLS=OFF \

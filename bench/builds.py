@@ -34,9 +34,11 @@ def release_available(prefix: str) -> bool:
     if not (os.path.isfile(lib) and os.path.isfile(os.path.join(prefix, "lib", "pkgconfig",
                                                                   "rocksdb.pc"))):
         return False
-    # csrc/ subclasses rocksdb::MergeOperator: a librocksdb without RTTI cannot be linked
+    # csrc/ subclasses rocksdb::MergeOperator: a librocksdb without RTTI cannot be linked;
+    # a thread-local perf context (its TLS init symbol) means a build older than NPERF_CONTEXT
     nm = subprocess.run(["nm", "-g", "--defined-only", lib], capture_output=True, text=True)
-    return "_ZTIN7rocksdb13MergeOperatorE" in nm.stdout
+    return ("_ZTIN7rocksdb13MergeOperatorE" in nm.stdout
+            and "_ZTHN7rocksdb12perf_contextE" not in nm.stdout)
 
 
 def choose(requested: str | None) -> str:
@@ -61,7 +63,7 @@ def prepare(build: str, rebuild: bool = False) -> str:
         return REPO
     prefix = release_prefix()
     if not release_available(prefix):
-        raise SystemExit(f"bench: no usable Release RocksDB (static, with RTTI) under {prefix}; "
+        raise SystemExit(f"bench: no usable Release RocksDB (static, with RTTI, NPERF_CONTEXT) under {prefix}; "
                          f"build it with "
                          f"bench/build-release-rocksdb.sh {prefix} (or use --rocksdb debian)")
     env = dict(os.environ, PKG_CONFIG_PATH=os.pathsep.join(
@@ -139,7 +141,7 @@ def describe(build: str) -> dict[str, str]:
         ldd = ""
     shared = [line.split()[2] for line in ldd.splitlines() if "librocksdb" in line and "=>" in line]
     if build == "release":
-        info["rocksdb"] = f"7.8.3 Release, static ({release_prefix()})"
+        info["rocksdb"] = f"7.8.3 Release, static, NPERF_CONTEXT ({release_prefix()})"
     else:
         info["rocksdb"] = "7.8.3 Debian librocksdb (no NDEBUG: assertions on)"
     info["librocksdb_shared"] = shared[0] if shared else "none (static)"
