@@ -136,6 +136,10 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   // A lookup whose bucket also holds a key of another restart interval falls back to binary
   // search: about 1 - e^-ratio of them, 39% at 0.5 against 53% at the default 0.75.
   t.data_block_hash_table_util_ratio = 0.5;
+  // After the hash lookup, a point lookup scans its restart interval key by key: 4 keys
+  // instead of RocksDB's 16 took 10% of the instructions off a cached Get (callgrind: 8.0k ->
+  // 7.2k) for SST files ~6% larger (a restart point stores a whole key and 4 more bytes).
+  t.block_restart_interval = 4;
   t.block_size = 16 * 1024;
   o.optimize_filters_for_hits = !bottommost_filters();
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
