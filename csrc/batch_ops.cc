@@ -255,6 +255,182 @@ int EncodeColumnRow(const ColumnView& col, size_t row, Codec codec, bool is_key,
   }
 }
 
+namespace {
+
+// A row's composite key as W big-endian words (zero-padded), its length and its row: comparing
+// words, then length, then row orders rows exactly as comparing their bytes and then their
+// input positions does (a zero-padded prefix ties only with a longer key, which the length
+// puts second), without touching the arena or calling memcmp in the sort.
+template <int W>
+struct WordKey {
+  uint64_t w[W];
+  uint32_t len;
+  uint32_t row;
+  bool operator<(const WordKey& o) const {
+    for (int i = 0; i < W; ++i) {
+      if (w[i] != o.w[i]) return w[i] < o.w[i];
+    }
+    if (len != o.len) return len < o.len;
+    return row < o.row;
+  }
+  bool SameKey(const WordKey& o) const {
+    for (int i = 0; i < W; ++i) {
+      if (w[i] != o.w[i]) return false;
+    }
+    return len == o.len;
+  }
+};
+
+template <int W>
+WordKey<W> MakeWordKey(const rocksdb::Slice& k, uint32_t row) {
+  char buf[W * 8] = {};
+  std::memcpy(buf, k.data(), k.size());
+  WordKey<W> e;
+  for (int i = 0; i < W; ++i) e.w[i] = GetBE64(buf + 8 * i);
+  e.len = static_cast<uint32_t>(k.size());
+  e.row = row;
+  return e;
+}
+
+// Stable LSD radix sort on (words, len): rows with equal keys keep their input order. Only
+// the bytes that differ somewhere in the batch get a pass (a bigint key below 2^24 in a batch
+// needs ~4 of its 17), and each pass is two branch-free sweeps, where a comparison sort of
+// random keys mispredicts about every other branch.
+template <int W>
+void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp) {
+  const size_t n = v->size();
+  if (n < 2) return;
+  uint64_t diff[W] = {};
+  uint32_t len_diff = 0;
+  const WordKey<W>& first = (*v)[0];
+  for (const auto& e : *v) {
+    for (int i = 0; i < W; ++i) diff[i] |= e.w[i] ^ first.w[i];
+    len_diff |= e.len ^ first.len;
+  }
+  tmp->resize(n);
+  WordKey<W>* src = v->data();
+  WordKey<W>* dst = tmp->data();
+  uint32_t count[256];
+  auto pass = [&](auto digit) {
+    std::memset(count, 0, sizeof(count));
+    for (size_t i = 0; i < n; ++i) ++count[digit(src[i])];
+    uint32_t sum = 0;
+    for (auto& c : count) {
+      const uint32_t k = c;
+      c = sum;
+      sum += k;
+    }
+    for (size_t i = 0; i < n; ++i) dst[count[digit(src[i])]++] = src[i];
+    std::swap(src, dst);
+  };
+  if (len_diff != 0) pass([](const WordKey<W>& e) { return static_cast<uint8_t>(e.len); });
+  for (int i = W - 1; i >= 0; --i) {
+    for (int shift = 0; shift < 64; shift += 8) {
+      if (((diff[i] >> shift) & 0xFF) == 0) continue;
+      pass([i, shift](const WordKey<W>& e) { return static_cast<uint8_t>(e.w[i] >> shift); });
+    }
+  }
+  if (src != v->data()) v->swap(*tmp);
+}
+
+}  // namespace
+
+template <int W>
+void KeyBatch::SortWords() {
+  const size_t n = offsets_.size() - 1;
+  std::vector<WordKey<W>> entries(n), tmp;
+  for (size_t row = 0; row < n; ++row) {
+    entries[row] = MakeWordKey<W>(row_key(row), static_cast<uint32_t>(row));
+  }
+  if (n < 64) {
+    std::sort(entries.begin(), entries.end());
+  } else {
+    RadixSort<W>(&entries, &tmp);
+  }
+  group_start_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t row = entries[i].row;
+    order_[i] = row;
+    if (i == 0 || !entries[i - 1].SameKey(entries[i])) {
+      group_start_.push_back(static_cast<uint32_t>(i));
+    }
+    group_of_[row] = static_cast<uint32_t>(group_start_.size() - 1);
+  }
+}
+
+void KeyBatch::SortRows() {
+  const size_t n = offsets_.size() - 1;
+  order_.resize(n);
+  group_of_.resize(n);
+  size_t longest = 0;
+  for (size_t row = 0; row < n; ++row) longest = std::max(longest, offsets_[row + 1] - offsets_[row]);
+  // Keys of up to 24 bytes (a bigint key with its namespace, most map entries) sort as words.
+  if (longest <= 8) {
+    SortWords<1>();
+  } else if (longest <= 16) {
+    SortWords<2>();
+  } else if (longest <= 24) {
+    SortWords<3>();
+  } else {
+    // Longer keys: the first 8 bytes decide most pairs, the bytes and then the row the rest.
+    struct Entry {
+      uint64_t head;
+      uint32_t row;
+    };
+    std::vector<Entry> entries(n);
+    for (size_t row = 0; row < n; ++row) {
+      const rocksdb::Slice k = row_key(row);
+      char buf[8] = {};
+      std::memcpy(buf, k.data(), std::min<size_t>(8, k.size()));
+      entries[row] = {GetBE64(buf), static_cast<uint32_t>(row)};
+    }
+    std::sort(entries.begin(), entries.end(), [this](const Entry& a, const Entry& b) {
+      if (a.head != b.head) return a.head < b.head;
+      const int c = row_key(a.row).compare(row_key(b.row));
+      if (c != 0) return c < 0;
+      return a.row < b.row;
+    });
+    group_start_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t row = entries[i].row;
+      order_[i] = row;
+      if (i == 0 || row_key(order_[i - 1]) != row_key(row)) {
+        group_start_.push_back(static_cast<uint32_t>(i));
+      }
+      group_of_[row] = static_cast<uint32_t>(group_start_.size() - 1);
+    }
+  }
+  group_start_.push_back(static_cast<uint32_t>(n));
+}
+
+bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchError* err) {
+  const size_t n = keys.size;
+  // A bigint key is fixed-length, so no length suffixes: every key is [kg][8 bytes][ns].
+  const size_t prefix = static_cast<size_t>(t.prefix_bytes);
+  const size_t width = prefix + 8 + t.ns->size();
+  arena_.resize(n * width);
+  offsets_.resize(n + 1);
+  char* out = &arena_[0];
+  for (size_t row = 0; row < n; ++row) {
+    const int64_t v = Load<int64_t>(keys.data, row);
+    const int32_t kg = KeyGroupForHash(SparkHashLong(v, kSparkHashSeed), t.max_parallelism);
+    if (kg < t.kg_start || kg > t.kg_end) {
+      err->code = kBatchKeyGroupOutOfRange;
+      err->row = row;
+      err->key_group = kg;
+      return false;
+    }
+    char* p = out + row * width;
+    WriteKeyGroupPrefix(kg, t.prefix_bytes, p);
+    StoreBE64(p + prefix, static_cast<uint64_t>(v));
+    std::memcpy(p + prefix + 8, t.ns->data(), t.ns->size());
+    offsets_[row] = row * width;
+  }
+  offsets_[n] = n * width;
+  SortRows();
+  return true;
+}
+
 bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnView* user_keys,
                      Codec uk_codec, BatchError* err) {
   const size_t n = keys.size;
@@ -263,6 +439,11 @@ bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnV
     return false;
   }
   const Codec key_codec = t.schema->columns().size() == 1 ? t.schema->columns()[0] : kVoid;
+  // The common case of a pandas UDF, int64 keys of a bigint schema, skips the generic
+  // encode / parse-to-hash / builder copies per row.
+  if (user_keys == nullptr && !keys.encoded && keys.kind == kColInt64 && key_codec == kI64) {
+    return BuildBigint(t, keys, err);
+  }
   CompositeKeyBuilder builder(t.prefix_bytes, t.schema->variable_length());
   std::string key, uk, scratch;
   arena_.clear();
@@ -311,37 +492,7 @@ bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnV
     offsets_.push_back(arena_.size());
   }
 
-  // Sort on the first 8 key bytes, then the rest, then the row: one cheap integer compare
-  // decides most pairs, and the row tie-break keeps duplicates in input order.
-  struct Entry {
-    uint64_t head;
-    uint32_t row;
-  };
-  std::vector<Entry> entries(n);
-  for (size_t row = 0; row < n; ++row) {
-    const rocksdb::Slice k = row_key(row);
-    char buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::memcpy(buf, k.data(), std::min<size_t>(8, k.size()));
-    entries[row] = {GetBE64(buf), static_cast<uint32_t>(row)};
-  }
-  std::sort(entries.begin(), entries.end(), [this](const Entry& a, const Entry& b) {
-    if (a.head != b.head) return a.head < b.head;
-    const int c = row_key(a.row).compare(row_key(b.row));
-    if (c != 0) return c < 0;
-    return a.row < b.row;
-  });
-  order_.resize(n);
-  group_of_.resize(n);
-  group_start_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t row = entries[i].row;
-    order_[i] = row;
-    if (i == 0 || row_key(order_[i - 1]) != row_key(row)) {
-      group_start_.push_back(static_cast<uint32_t>(i));
-    }
-    group_of_[row] = static_cast<uint32_t>(group_start_.size() - 1);
-  }
-  group_start_.push_back(static_cast<uint32_t>(n));
+  SortRows();
   return true;
 }
 

@@ -113,6 +113,12 @@ class KeyBatch {
   rocksdb::Slice group_key(size_t g) const { return row_key(order_[group_start_[g]]); }
 
  private:
+  bool BuildBigint(const BatchTarget& target, const ColumnView& keys, BatchError* err);
+  // Fills order_, group_of_ and group_start_ from the built keys.
+  void SortRows();
+  template <int W>
+  void SortWords();
+
   std::string arena_;
   std::vector<size_t> offsets_;
   std::vector<uint32_t> order_;

@@ -51,6 +51,13 @@ inline void PutBE64(std::string* out, uint64_t v) {
   out->append(b, 8);
 }
 
+inline void StoreBE64(char* out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(v & 0xFF);
+    v >>= 8;
+  }
+}
+
 inline void PutBE32(std::string* out, uint32_t v) {
   char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
                static_cast<char>(v)};
