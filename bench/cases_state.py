@@ -46,6 +46,9 @@ def case_names() -> list[str]:
             names.append("state.listAddAll.batch")
         else:
             names += [f"state.{c}.batch.distinct", f"state.{c}.batch.repeated"]
+    names += [f"floor.{c}.{k}" for c, k in (("valueGet", "point"), ("valueGet", "multiget"),
+                                            ("valueUpdate", "point"),
+                                            ("valueUpdate", "writebatch"))]
     return names + BASELINES
 
 
@@ -247,6 +250,8 @@ def value_cases(bench: Bench) -> None:
                     run_batches(lambda k: state.put_many(k, k), batches), s.repeats), s,
                     call="put_many(keys, values)"))
 
+    floor_cases(bench, backend, state, "value", scalar, distinct)
+
     if bench.wants("state.valueAdd.scalar"):
         fresh = [(w.rng.permutation(s.scalar_ops) + s.setup_keys + j * s.scalar_ops).tolist()
                  for j in range(s.repeats + 1)]  # new keys, never used twice
@@ -276,6 +281,42 @@ def value_cases(bench: Bench) -> None:
                 bench.add(batch_result("valueAdd", kind, rates(value_add_many, s.repeats), s,
                                        call="put_many(new keys, values)"))
     backend.dispose()
+
+
+def floor_cases(bench: Bench, backend: Any, state: Any, kind: str, scalar: list[list[int]],
+                distinct: list[np.ndarray]) -> None:
+    """RocksDB alone on the keys of the scalar loop and of the distinct batches: how much of a
+    state call is RocksDB's, and the most batching can gain when no key repeats (a batch still
+    pays RocksDB's lookup or memtable insert once per distinct key)."""
+    from stateengine import _native
+
+    s = bench.scale
+    case = {"value": ("valueGet", "valueUpdate")}[kind]
+    scalar_arrays = [np.array(k, dtype=np.int64) for k in scalar]
+    for name, op, keys, label in (
+            (f"floor.{case[0]}.point", "point_get", scalar_arrays,
+             "RocksDB Get per key, C++ loop over the scalar case's keys"),
+            (f"floor.{case[0]}.multiget", "multiget", distinct,
+             f"RocksDB sorted MultiGet, {s.batch_rows:,} distinct keys per call"),
+            (f"floor.{case[1]}.point", "point_put", scalar_arrays,
+             "RocksDB Put per key, C++ loop over the scalar case's keys"),
+            (f"floor.{case[1]}.writebatch", "write_batch", distinct,
+             f"RocksDB sorted WriteBatch, {s.batch_rows:,} distinct keys per call")):
+        if not bench.wants(name):
+            continue
+
+        def run(i: int, op: str = op, keys: list[np.ndarray] = keys) -> tuple[int, float]:
+            batches = [keys[i]] if op.startswith("point") else keys
+            return (sum(len(k) for k in batches),
+                    sum(_native._rocksdb_floor(state, k, op) for k in batches))
+
+        with fresh_case(bench, backend):
+            run(-1)
+            samples = []
+            for i in range(s.repeats):
+                n, seconds = run(i)
+                samples.append(n / seconds)
+            bench.add(rate_result(name, "floor", "ops/s", label, samples))
 
 
 # ---- list state -----------------------------------------------------------------------------
@@ -585,7 +626,8 @@ def dict_cases(bench: Bench) -> None:
 
 def run(bench: Bench) -> None:
     groups = [
-        (value_cases, ["state.value*", "baseline.rocksdict.get", "baseline.rocksdict.put"]),
+        (value_cases, ["state.value*", "floor.value*", "baseline.rocksdict.get",
+                       "baseline.rocksdict.put"]),
         (list_cases, ["state.list*"]),
         (map_cases, ["state.map*", "baseline.rocksdict.map*"]),
         (merging_cases, ["state.reducing*", "state.aggregating*"]),

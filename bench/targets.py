@@ -37,6 +37,19 @@ def _targets() -> list[Target]:
                               "batch vs scalar"))
     out.append(Target("state.listAddAll.batch", "state.listAddAll.scalar", None, None,
                       "batch vs scalar"))
+    # RocksDB alone (bench/cases_state.floor_cases): the batch/scalar ratio that distinct keys
+    # allow at most, and how close the state calls come to RocksDB's own cost.
+    for case, point, batch in (("valueGet", "point", "multiget"),
+                               ("valueUpdate", "point", "writebatch")):
+        out.append(Target(f"floor.{case}.{batch}", f"state.{case}.scalar", None, None,
+                          "ceiling of batch.distinct vs scalar: RocksDB's own sorted batch call "
+                          "per key, no encoding or Python"))
+        out.append(Target(f"floor.{case}.{batch}", f"floor.{case}.{point}", None, None,
+                          "RocksDB alone: one sorted batch call vs one call per key"))
+        out.append(Target(f"state.{case}.scalar", f"floor.{case}.{point}", None, None,
+                          "scalar state call vs RocksDB's bare call on the same keys"))
+        out.append(Target(f"state.{case}.batch.distinct", f"floor.{case}.{batch}", None, None,
+                          "batch call vs RocksDB's bare batch call on the same keys"))
     out.append(Target("state.aggregatingAdd.scalar.python", "state.aggregatingAdd.scalar", None,
                       None, "Python AggregateFunction vs native SUM"))
     out += [

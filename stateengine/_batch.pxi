@@ -667,3 +667,32 @@ def _map_get_many(NativeMapState s, keys, user_keys):
         else:
             ov[row] = None
     return out, found
+
+
+# ---- the bare RocksDB cost of a batch (csrc/rocksdb_floor.h), for bench/ -------------------
+
+_FLOOR_OPS = {"point_get": 0, "multiget": 1, "point_put": 2, "write_batch": 3}
+
+
+def _rocksdb_floor(NativeState s, keys, str op) -> float:
+    """Seconds RocksDB alone takes for ``op`` over the composite keys of ``keys`` in this
+    handle's namespace: ``point_get`` / ``point_put`` one call per row in input order (a scalar
+    loop without Python), ``multiget`` / ``write_batch`` one sorted call per batch (what the
+    batch calls do). Puts rewrite the stored values, so the state is unchanged. Benchmarks
+    only: it says how much of a state call is RocksDB's and how much batching can gain."""
+    cdef int code = _FLOOR_OPS.get(op, -1)
+    cdef double seconds = 0.0
+    cdef CStatus st
+    cdef CStateDB* db
+    if code < 0:
+        raise ValueError(f"unknown floor operation {op!r}; one of {sorted(_FLOOR_OPS)}")
+    if code >= 2:
+        s._backend.check_writable()
+    cdef _Batch b = _build(s, keys, None, kVoid)
+    if b.n == 0:
+        return 0.0
+    db = s._backend._db.get()
+    with nogil:
+        st = CMeasureFloor(db, s._cf, b.kb, code, &seconds)
+    check_status(st)
+    return seconds

@@ -588,3 +588,19 @@ def test_null_keys_are_refused(make_backend):
     with pytest.raises(KeyTypeError):
         v.put_many(np.array(["a", None], dtype=object), ["x", "y"])
     assert raw_contents(be, v) == []
+
+
+def test_rocksdb_floor_leaves_the_state_unchanged(make_backend):
+    """The bench's RocksDB-only timings (csrc/rocksdb_floor.h) rewrite what they read."""
+    from stateengine import _native
+
+    be = make_backend(key_type=int)
+    v = be.get_state(ValueStateDescriptor("v", value_type=int))
+    keys = np.arange(300, dtype=np.int64)
+    v.put_many(keys[::2], keys[::2] * 3)
+    before = raw_contents(be, v)
+    for op in ("point_get", "multiget", "point_put", "write_batch"):
+        assert _native._rocksdb_floor(v, keys, op) >= 0.0
+        assert raw_contents(be, v) == before, op
+    with pytest.raises(ValueError, match="unknown floor operation"):
+        _native._rocksdb_floor(v, keys, "scan")

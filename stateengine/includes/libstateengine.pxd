@@ -320,3 +320,7 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
     cbool CScatterFloat64 "stateengine::ScatterFloat64"(const CKeyBatch&, const CBatchValues&,
                                                        CCodec, cbool, double, double*, uint8_t*,
                                                        CBatchError*)
+
+cdef extern from "rocksdb_floor.h" namespace "stateengine" nogil:
+    CStatus CMeasureFloor "stateengine::MeasureFloor"(CStateDB*, int, const CKeyBatch&, int,
+                                                      double*)
