@@ -7,6 +7,8 @@
 #include <rocksdb/listener.h>
 #include <rocksdb/table.h>
 
+#include "scratch_fs.h"
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -100,6 +102,7 @@ rocksdb::DBOptions StateDB::MakeDBOptions() {
   rocksdb::DBOptions o;
   o.create_if_missing = true;
   o.create_missing_column_families = true;
+  o.env = ScratchEnv();  // the working directory is scratch: no syncs (scratch_fs.h)
   o.write_buffer_manager = MemoryBudget::Instance().write_buffer_manager();
   o.max_background_jobs = 2;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;

@@ -6,13 +6,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "crc32c.h"
+
 namespace stateengine {
 namespace {
 constexpr size_t kBufferSize = 1 << 20;
-constexpr uint64_t kWritebackBytes = 8 << 20;
+constexpr uint64_t kSyncBytes = 8 << 20;
 }
 
 FileWriter::~FileWriter() {
+  StopSyncer();
   if (f_ != nullptr) std::fclose(f_);
 }
 
@@ -20,38 +23,79 @@ rocksdb::Status FileWriter::Error(const char* what) const {
   return rocksdb::Status::IOError(std::string(what) + " " + path_, std::strerror(errno));
 }
 
-rocksdb::Status FileWriter::Open(const std::string& path) {
+rocksdb::Status FileWriter::Open(const std::string& path, bool durable) {
   path_ = path;
+  durable_ = durable;
   f_ = std::fopen(path.c_str(), "wb");
   if (f_ == nullptr) return Error("cannot create");
   std::setvbuf(f_, nullptr, _IOFBF, kBufferSize);
   offset_ = 0;
+  sync_requested_at_ = 0;
+  crc_ = 0;
+  stop_ = false;
+  sync_errno_ = 0;
   return rocksdb::Status::OK();
 }
 
 rocksdb::Status FileWriter::Append(const char* data, size_t n) {
   if (n != 0 && std::fwrite(data, 1, n, f_) != n) return Error("cannot write");
+  crc_ = Crc32c(crc_, data, n);
   offset_ += n;
-  if (offset_ - writeback_from_ >= kWritebackBytes) StartWriteback();
+  if (durable_ && offset_ - sync_requested_at_ >= kSyncBytes) {
+    if (std::fflush(f_) != 0) return Error("cannot write");
+    RequestSync();
+  }
   return rocksdb::Status::OK();
 }
 
-void FileWriter::StartWriteback() {
-  // Asks the kernel to start writing what we have so far (it does not wait): the disk works
-  // while we encode the rest, and Close()'s fsync only waits for the tail.
-#if defined(__linux__)
-  if (std::fflush(f_) == 0) {
-    ::sync_file_range(fileno(f_), static_cast<off64_t>(writeback_from_),
-                      static_cast<off64_t>(offset_ - writeback_from_), SYNC_FILE_RANGE_WRITE);
+void FileWriter::RequestSync() {
+  sync_requested_at_ = offset_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sync_pending_ = true;  // a sync still running covers less; one more follows it
   }
-#endif
-  writeback_from_ = offset_;
+  if (!syncer_.joinable()) {
+    syncer_ = std::thread([this] { SyncLoop(); });
+  } else {
+    cv_.notify_one();
+  }
+}
+
+void FileWriter::SyncLoop() {
+  const int fd = fileno(f_);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return sync_pending_ || stop_; });
+    if (stop_) return;
+    sync_pending_ = false;
+    lock.unlock();
+    const int rc = ::fdatasync(fd);  // what write() handed to the kernel before this call
+    const int err = rc == 0 ? 0 : errno;
+    lock.lock();
+    if (err != 0 && sync_errno_ == 0) sync_errno_ = err;
+  }
+}
+
+void FileWriter::StopSyncer() {
+  if (!syncer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  syncer_.join();
 }
 
 rocksdb::Status FileWriter::Close() {
   if (f_ == nullptr) return rocksdb::Status::OK();
   rocksdb::Status st;
-  if (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0) st = Error("cannot flush");
+  if (std::fflush(f_) != 0) st = Error("cannot write");
+  StopSyncer();
+  if (st.ok() && sync_errno_ != 0) {
+    errno = sync_errno_;
+    st = Error("cannot sync");
+  }
+  if (st.ok() && durable_ && ::fsync(fileno(f_)) != 0) st = Error("cannot flush");
   if (std::fclose(f_) != 0 && st.ok()) st = Error("cannot close");
   f_ = nullptr;
   return st;

@@ -1,13 +1,17 @@
 // Buffered local file I/O for snapshot streams. Errors come back as rocksdb::Status naming the
 // file, so a failed snapshot or restore always says which file was at fault.
 // Invariant: FileWriter::offset() is the number of bytes handed to Append so far, i.e. the
-// position the next byte will have in the finished file; Close() returns OK only once every
-// byte is on stable storage (fsync). Writeback starts early, so that fsync finds little to do.
+// position the next byte will have in the finished file, and crc() their CRC-32C; Close()
+// returns OK only once every byte is on stable storage (fsync) when the file was opened
+// durable. Syncs run in the background as the file grows, so that Close() finds little to do.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <rocksdb/status.h>
 
@@ -20,19 +24,35 @@ class FileWriter {
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
 
-  rocksdb::Status Open(const std::string& path);
+  // durable: Close() fsyncs. A file that is only staged for an upload elsewhere is not.
+  rocksdb::Status Open(const std::string& path, bool durable = true);
   rocksdb::Status Append(const char* data, size_t n);
   uint64_t offset() const { return offset_; }
-  // Flushes, fsyncs and closes; the file is complete only if this returns OK.
+  // CRC-32C of every byte appended so far: the file's checksum without reading it back.
+  uint32_t crc() const { return crc_; }
+  // Flushes, fsyncs (if durable) and closes; the file is complete only if this returns OK.
   rocksdb::Status Close();
 
  private:
   rocksdb::Status Error(const char* what) const;
-  void StartWriteback();
+  void RequestSync();
+  void SyncLoop();
+  void StopSyncer();
   FILE* f_ = nullptr;
   std::string path_;
+  bool durable_ = true;
   uint64_t offset_ = 0;
-  uint64_t writeback_from_ = 0;
+  uint64_t sync_requested_at_ = 0;
+  uint32_t crc_ = 0;
+  // Background fdatasync of what was written so far, every kSyncBytes: a sync's cost grows
+  // with the bytes it has to flush (on virtual disks, a cache flush per megabyte), so syncing
+  // as the file grows, while the writer goes on, leaves Close() only the tail.
+  std::thread syncer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool sync_pending_ = false;
+  bool stop_ = false;
+  int sync_errno_ = 0;
 };
 
 class FileReader {

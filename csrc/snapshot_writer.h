@@ -35,6 +35,7 @@ struct SnapshotStats {
   uint64_t entries = 0;
   uint64_t raw_bytes = 0;   // bytes of keys and values
   uint64_t file_bytes = 0;  // bytes written, meta block included
+  uint32_t file_crc32c = 0;  // CRC-32C of those bytes
 };
 
 class FullSnapshotWriter {
@@ -45,8 +46,9 @@ class FullSnapshotWriter {
   FullSnapshotWriter(const FullSnapshotWriter&) = delete;
   FullSnapshotWriter& operator=(const FullSnapshotWriter&) = delete;
 
-  // Writes the stream to path. Returns Incomplete if Cancel() was called meanwhile.
-  rocksdb::Status Write(const std::string& path, const std::string& meta_block,
+  // Writes the stream to path, fsynced when durable (not for a file staged for an upload).
+  // Returns Incomplete if Cancel() was called meanwhile.
+  rocksdb::Status Write(const std::string& path, const std::string& meta_block, bool durable,
                         std::vector<KeyGroupOffset>* offsets, SnapshotStats* stats);
   // Asks a running Write to stop at its next check (every few thousand entries).
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }

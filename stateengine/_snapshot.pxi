@@ -50,8 +50,9 @@ cdef class NativeFullSnapshot:
             compress))
         return snap
 
-    def write(self, str path, bytes meta_block):
-        """Writes the stream; returns ([(key group, offset)], stats). Runs without the GIL."""
+    def write(self, str path, bytes meta_block, bint durable=True):
+        """Writes the stream; returns ([(key group, offset)], stats). Runs without the GIL.
+        ``durable=False`` skips the fsync of a file that is only staged for an upload."""
         cdef string p = path.encode("utf-8")
         cdef string meta = meta_block
         cdef vector[CKeyGroupOffset] offsets
@@ -60,13 +61,13 @@ cdef class NativeFullSnapshot:
         if self._writer.get() == NULL:
             raise _SnapshotCancelledError("snapshot already released")
         with nogil:
-            st = self._writer.get().Write(p, meta, &offsets, &stats)
+            st = self._writer.get().Write(p, meta, durable, &offsets, &stats)
         if st.IsIncomplete():
             raise _SnapshotCancelledError("the snapshot was cancelled before it finished")
         check_status(st)
         return ([(o.key_group, o.offset) for o in offsets],
                 {"entries": stats.entries, "raw_bytes": stats.raw_bytes,
-                 "file_bytes": stats.file_bytes})
+                 "file_bytes": stats.file_bytes, "file_crc32c": stats.file_crc32c})
 
     def cancel(self):
         if self._writer.get() != NULL:

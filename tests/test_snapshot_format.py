@@ -21,7 +21,8 @@ import pytest
 import snappy
 
 from tests.ckpt_model import Harness, descriptors, new_backend, random_ops
-from stateengine import KeyGroupRange, KeyedStateBackend, MapStateDescriptor, ValueStateDescriptor
+from stateengine import (KeyGroupRange, KeyedStateBackend, MapStateDescriptor, ValueStateDescriptor,
+                         _native)
 
 END_OF_KEY_GROUP = 0xFFFF
 META_FOLLOWS = 0x80
@@ -199,8 +200,10 @@ def check_against_backend(backend, handle, meta, entries) -> None:
     assert handle.stats["entries"] == sum(len(v) for v in want.values())
     assert handle.stats["raw_bytes"] == sum(len(k) + len(v) for e in want.values()
                                             for _, k, v in e)
-    assert handle.stats["file_bytes"] == os.path.getsize(
-        os.path.join(handle.root, handle.file.path))
+    path = os.path.join(handle.root, handle.file.path)
+    assert handle.stats["file_bytes"] == os.path.getsize(path) == handle.file.size
+    # the writer checksums what it writes; the recorded CRC is the file's
+    assert handle.file.crc32c == _native.file_crc32c(path)[0]
 
 
 def _populated(root, max_parallelism=128, key_type=int, kgr=None, keys=None, big_values=True):

@@ -51,14 +51,15 @@ def take_full_snapshot(backend: "KeyedStateBackend", storage: CheckpointStorage,
     def run() -> FullSnapshotHandle:
         tmp = None
         try:
+            # The writer checksums the bytes as it writes them: no second pass over the file.
             if storage.is_local:
                 tmp = storage.place_local(rel)
                 offsets, stats = native.write(tmp, meta_bytes)
-                ref = storage.commit_local(tmp, rel)
+                ref = storage.commit_local(tmp, rel, crc=stats.pop("file_crc32c"))
             else:
-                tmp = staging
-                offsets, stats = native.write(tmp, meta_bytes)
-                ref = storage.upload(tmp, rel)
+                tmp = staging  # a local copy to upload: the upload, not this file, is durable
+                offsets, stats = native.write(tmp, meta_bytes, durable=False)
+                ref = storage.upload(tmp, rel, crc=stats.pop("file_crc32c"))
             op_ref = write_operator_state(backend, storage, rel + ".opstate", op_bytes)
             return FullSnapshotHandle(storage.uri, ref, key_group_range, max_p, dict(offsets),
                                       len(meta_bytes), stats, op_ref)

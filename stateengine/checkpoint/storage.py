@@ -150,9 +150,14 @@ class CheckpointStorage:
             self._delete_quietly(tmp)
             raise StorageError(f"cannot publish {self.describe(rel)}: {e}") from e
 
-    def upload(self, local_file: str, rel: str, local_name: str = "") -> FileRef:
-        """Copies a local file to rel (temporary name, then move) and returns its FileRef."""
-        crc, size = _native.file_crc32c(local_file)
+    def upload(self, local_file: str, rel: str, local_name: str = "",
+               crc: int | None = None) -> FileRef:
+        """Copies a local file to rel (temporary name, then move) and returns its FileRef.
+        ``crc``: the file's CRC-32C if its writer computed it, else the file is read for it."""
+        if crc is None:
+            crc, size = _native.file_crc32c(local_file)
+        else:
+            size = os.path.getsize(local_file)
         self._ensure_parent(rel)
         final = self.full_path(rel)
         tmp = f"{final}.tmp-{uuid.uuid4().hex}"
@@ -177,8 +182,13 @@ class CheckpointStorage:
         self._ensure_parent(rel)
         return f"{self.full_path(rel)}.tmp-{uuid.uuid4().hex}"
 
-    def commit_local(self, tmp_path: str, rel: str, local_name: str = "") -> FileRef:
-        crc, size = _native.file_crc32c(tmp_path)
+    def commit_local(self, tmp_path: str, rel: str, local_name: str = "",
+                     crc: int | None = None) -> FileRef:
+        """Moves a file written at place_local's path to rel; ``crc`` as for upload."""
+        if crc is None:
+            crc, size = _native.file_crc32c(tmp_path)
+        else:
+            size = os.path.getsize(tmp_path)
         os.replace(tmp_path, self.full_path(rel))
         return FileRef(rel, size, crc, local_name)
 

@@ -198,10 +198,12 @@ cdef extern from "snapshot_writer.h" namespace "stateengine" nogil:
         uint64_t entries
         uint64_t raw_bytes
         uint64_t file_bytes
+        uint32_t file_crc32c
 
     cdef cppclass CFullSnapshotWriter "stateengine::FullSnapshotWriter":
         CFullSnapshotWriter(CStateDB*, vector[CSnapshotColumn], int, int32_t, int32_t, cbool)
-        CStatus Write(const string&, const string&, vector[CKeyGroupOffset]*, CSnapshotStats*)
+        CStatus Write(const string&, const string&, cbool, vector[CKeyGroupOffset]*,
+                      CSnapshotStats*)
         void Cancel()
         void Release()
 
