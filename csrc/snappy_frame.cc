@@ -11,6 +11,10 @@ namespace stateengine {
 namespace {
 
 constexpr size_t kMaxBlock = 65536;
+// A state's bytes close a chunk of their own when at least this many are pending.
+constexpr size_t kMinStateChunk = 8 << 10;
+// Longest run of chunks of one state stored without a compression attempt.
+constexpr uint32_t kMaxSkippedChunks = 64;
 constexpr unsigned char kCompressedChunk = 0x00;
 constexpr unsigned char kUncompressedChunk = 0x01;
 constexpr unsigned char kPaddingChunk = 0xfe;
@@ -39,22 +43,31 @@ rocksdb::Status FramedWriter::Begin() {
   return out_->Append(kStreamHeader, sizeof(kStreamHeader));
 }
 
-rocksdb::Status FramedWriter::Append(const char* data, size_t n) {
+rocksdb::Status FramedWriter::Append(const char* data, size_t n, int state) {
+  if (!pending_.empty() && state != pending_state_) {
+    // Another state's bytes: close a chunk of some size, else let the chunk be mixed.
+    if (pending_.size() >= kMinStateChunk) {
+      rocksdb::Status st = EmitPending();
+      if (!st.ok()) return st;
+    } else {
+      pending_state_ = kMixed;
+    }
+  }
   while (n > 0) {
     if (pending_.empty() && n >= kMaxBlock) {  // whole blocks skip the staging copy
-      rocksdb::Status st = EmitChunk(data, kMaxBlock);
+      rocksdb::Status st = EmitChunk(data, kMaxBlock, state);
       if (!st.ok()) return st;
       data += kMaxBlock;
       n -= kMaxBlock;
       continue;
     }
+    if (pending_.empty()) pending_state_ = state;
     const size_t take = std::min(n, kMaxBlock - pending_.size());
     pending_.append(data, take);
     data += take;
     n -= take;
     if (pending_.size() == kMaxBlock) {
-      rocksdb::Status st = EmitChunk(pending_.data(), pending_.size());
-      pending_.clear();
+      rocksdb::Status st = EmitPending();
       if (!st.ok()) return st;
     }
   }
@@ -62,19 +75,46 @@ rocksdb::Status FramedWriter::Append(const char* data, size_t n) {
 }
 
 rocksdb::Status FramedWriter::Finish() {
-  if (pending_.empty()) return rocksdb::Status::OK();
-  rocksdb::Status st = EmitChunk(pending_.data(), pending_.size());
+  return pending_.empty() ? rocksdb::Status::OK() : EmitPending();
+}
+
+rocksdb::Status FramedWriter::EmitPending() {
+  rocksdb::Status st = EmitChunk(pending_.data(), pending_.size(), pending_state_);
   pending_.clear();
   return st;
 }
 
-rocksdb::Status FramedWriter::EmitChunk(const char* data, size_t n) {
+bool FramedWriter::ShouldTry(int state) {
+  if (state < 0) return true;
+  if (static_cast<size_t>(state) >= backoff_.size()) backoff_.resize(state + 1);
+  Backoff& b = backoff_[state];
+  if (b.skip == 0) return true;
+  --b.skip;
+  return false;
+}
+
+void FramedWriter::Learn(int state, bool compressed) {
+  if (state < 0) return;
+  Backoff& b = backoff_[state];
+  if (compressed) {
+    b.next = 0;
+  } else {
+    b.next = b.next == 0 ? 1 : std::min<uint32_t>(b.next * 2, kMaxSkippedChunks);
+    b.skip = b.next;
+  }
+}
+
+rocksdb::Status FramedWriter::EmitChunk(const char* data, size_t n, int state) {
   const uint32_t crc = MaskCrc(Crc32c(0, data, n));
-  compressed_.resize(snappy::MaxCompressedLength(n));
+  bool compress = false;
   size_t clen = 0;
-  snappy::RawCompress(data, n, &compressed_[0], &clen);
-  // Keep the compressed form only when it saves at least 1/8, as reference encoders do.
-  const bool compress = clen < n - n / 8;
+  if (ShouldTry(state)) {
+    compressed_.resize(snappy::MaxCompressedLength(n));
+    snappy::RawCompress(data, n, &compressed_[0], &clen);
+    // Keep the compressed form only when it saves at least 1/8, as reference encoders do.
+    compress = clen < n - n / 8;
+    Learn(state, compress);
+  }
   const char* body = compress ? compressed_.data() : data;
   const size_t blen = compress ? clen : n;
   header_.clear();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "file_io.h"
 
@@ -15,19 +16,36 @@ namespace stateengine {
 
 class FramedWriter {
  public:
+  // The state of bytes that belong to several states, or to none in particular.
+  static constexpr int kMixed = -1;
+
   explicit FramedWriter(FileWriter* out) : out_(out) {}
   // Starts a new stream (writes the stream identifier chunk).
   rocksdb::Status Begin();
-  rocksdb::Status Append(const char* data, size_t n);
+  // data belongs to one state (a snapshot's state id) or is kMixed. A chunk holds one
+  // state's bytes where they come in runs of some size, and chunks of a state that did not
+  // compress are stored without trying again for a while (1, 2, 4 ... 64 chunks): snappy
+  // spends as long on bytes it cannot shrink as on bytes it can, and the framing format lets
+  // any chunk be stored uncompressed.
+  rocksdb::Status Append(const char* data, size_t n, int state = kMixed);
   // Ends the stream: emits the buffered partial chunk.
   rocksdb::Status Finish();
 
  private:
-  rocksdb::Status EmitChunk(const char* data, size_t n);
+  struct Backoff {
+    uint32_t skip = 0;   // chunks left to store without trying
+    uint32_t next = 0;   // how many to skip after the next failed try
+  };
+  rocksdb::Status EmitChunk(const char* data, size_t n, int state);
+  rocksdb::Status EmitPending();
+  bool ShouldTry(int state);
+  void Learn(int state, bool compressed);
   FileWriter* out_;
   std::string pending_;
+  int pending_state_ = kMixed;
   std::string compressed_;
   std::string header_;
+  std::vector<Backoff> backoff_;  // by state id; kept across the streams of one file
 };
 
 // A key-group section arriving in chunks. Parsers look straight into the current chunk when

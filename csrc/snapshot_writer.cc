@@ -21,8 +21,8 @@ class GroupSink {
  public:
   GroupSink(FileWriter* out, bool compress) : out_(out), framed_(out), compress_(compress) {}
   rocksdb::Status Begin() { return compress_ ? framed_.Begin() : rocksdb::Status::OK(); }
-  rocksdb::Status Append(const char* p, size_t n) {
-    return compress_ ? framed_.Append(p, n) : out_->Append(p, n);
+  rocksdb::Status Append(const char* p, size_t n, int state) {
+    return compress_ ? framed_.Append(p, n, state) : out_->Append(p, n);
   }
   rocksdb::Status Finish() { return compress_ ? framed_.Finish() : rocksdb::Status::OK(); }
 
@@ -42,6 +42,7 @@ class BlockPipeline {
     Kind kind;
     int32_t key_group;
     std::string data;
+    int state;  // kData: the state all of data belongs to, or FramedWriter::kMixed
   };
 
   BlockPipeline(FileWriter* out, bool compress, std::vector<KeyGroupOffset>* offsets)
@@ -50,11 +51,12 @@ class BlockPipeline {
   ~BlockPipeline() { Finish(); }
 
   // False once the consumer failed: the producer should stop and call Finish for the error.
-  bool Push(Kind kind, int32_t key_group, std::string data) {
+  bool Push(Kind kind, int32_t key_group, std::string data = std::string(),
+            int state = FramedWriter::kMixed) {
     std::unique_lock<std::mutex> lock(mu_);
     space_.wait(lock, [this] { return queue_.size() < kDepth || !status_.ok(); });
     if (!status_.ok()) return false;
-    queue_.push_back({kind, key_group, std::move(data)});
+    queue_.push_back({kind, key_group, std::move(data), state});
     ready_.notify_one();
     return true;
   }
@@ -90,7 +92,7 @@ class BlockPipeline {
           st = sink_.Begin();
           break;
         case Kind::kData:
-          st = sink_.Append(item.data.data(), item.data.size());
+          st = sink_.Append(item.data.data(), item.data.size(), item.state);
           break;
         case Kind::kEnd:
           st = sink_.Finish();
@@ -118,6 +120,8 @@ class BlockPipeline {
 };
 
 constexpr size_t kBlockBytes = 1 << 16;
+// A finished state run at least this long is handed over on its own (see block_state).
+constexpr size_t kMinRunBlockBytes = 8 << 10;
 
 void StoreBE32(char* p, uint32_t v) {
   p[0] = static_cast<char>(v >> 24);
@@ -235,11 +239,15 @@ rocksdb::Status FullSnapshotWriter::Write(const std::string& path, const std::st
   bool have_entry = false;
   uint64_t n = 0, raw_bytes = 0;
   bool producing = true;
+  // The state every byte of buf belongs to (FramedWriter::kMixed once runs share it): a
+  // state's run of some size goes out as blocks of its own, so the framing can learn per
+  // state whether its chunks compress.
+  int block_state = FramedWriter::kMixed;
   auto end_group = [&]() {
     buf.at(key_pos) = static_cast<char>(buf.at(key_pos) | kMetaFollowsFlag);
     buf.PutU16(kEndOfKeyGroupMark);
-    producing = pipeline.Push(BlockPipeline::Kind::kData, 0, buf.Take(buf.used())) &&
-                pipeline.Push(BlockPipeline::Kind::kEnd, 0, std::string());
+    producing = pipeline.Push(BlockPipeline::Kind::kData, 0, buf.Take(buf.used()), block_state) &&
+                pipeline.Push(BlockPipeline::Kind::kEnd, 0);
   };
 
   while (producing && merged.Valid()) {
@@ -250,10 +258,18 @@ rocksdb::Status FullSnapshotWriter::Write(const std::string& path, const std::st
     if (merged.is_new_key_group()) {
       if (have_entry) end_group();
       if (!producing) break;
-      producing = pipeline.Push(BlockPipeline::Kind::kBegin, merged.key_group(), std::string());
+      producing = pipeline.Push(BlockPipeline::Kind::kBegin, merged.key_group());
+      block_state = merged.state_id();
       buf.PutU16(static_cast<uint16_t>(merged.state_id()));
     } else if (merged.is_new_state()) {
       buf.at(key_pos) = static_cast<char>(buf.at(key_pos) | kMetaFollowsFlag);
+      if (buf.used() >= kMinRunBlockBytes) {  // the finished run's bytes are final: hand over
+        producing = pipeline.Push(BlockPipeline::Kind::kData, 0, buf.Take(buf.used()),
+                                  block_state);
+        block_state = merged.state_id();
+      } else if (buf.used() > 0) {
+        block_state = FramedWriter::kMixed;
+      }
       buf.PutU16(static_cast<uint16_t>(merged.state_id()));
     }
     const rocksdb::Slice k = merged.key(), v = merged.value();
@@ -262,7 +278,8 @@ rocksdb::Status FullSnapshotWriter::Write(const std::string& path, const std::st
     have_entry = true;
     raw_bytes += k.size() + v.size();
     if (buf.used() >= kBlockBytes && entry_pos > 0) {
-      producing = pipeline.Push(BlockPipeline::Kind::kData, 0, buf.Take(entry_pos));
+      producing = pipeline.Push(BlockPipeline::Kind::kData, 0, buf.Take(entry_pos), block_state);
+      block_state = merged.state_id();  // what stays behind is the newest entry
       key_pos -= entry_pos;
       entry_pos = 0;
     }

@@ -243,6 +243,45 @@ def test_snapshot_file_parses_independently(tmp_path, compress, max_parallelism,
     backend.dispose()
 
 
+def test_compression_is_learned_per_state_and_retried(tmp_path):
+    """Chunks of a state that does not compress are stored without trying for a while, but a
+    compressible state next to it keeps being compressed, and a state whose bytes turn
+    compressible is compressed again once the skipped chunks are done."""
+    backend = KeyedStateBackend(tmp_path / "b", max_parallelism=1, key_type=int)
+    noise = backend.get_state(ValueStateDescriptor("noise", bytes))
+    text = backend.get_state(ValueStateDescriptor("text", bytes))
+    turns = backend.get_state(ValueStateDescriptor("turns", bytes))
+    rng = random.Random(7)
+    for k in range(3000):  # one key group: every state is one long run
+        backend.set_current_key(k)
+        noise.update(rng.randbytes(1000))
+        text.update(b"the same words again and again " * 30)
+        # random for the first third of the keys, then zeros: compressible after ~45 chunks
+        turns.update(rng.randbytes(1000) if k < 1000 else bytes(1000))
+    handle = backend.snapshot(tmp_path / "cp", "sp").result()
+    path = str(tmp_path / "cp" / "sp")
+    meta, entries = parse_snapshot(path, handle, True, {"compressed": 0, "uncompressed": 0})
+    check_against_backend(backend, handle, meta, entries)
+    with open(path, "rb") as f:
+        section = f.read()[handle.offsets[0]:]
+    kinds = []  # (chunk type, uncompressed payload) in stream order: noise, text, turns
+    pos = 10
+    while pos < len(section):
+        ctype, clen = section[pos], int.from_bytes(section[pos + 1:pos + 4], "little")
+        body = section[pos + 8:pos + 4 + clen]
+        kinds.append((ctype, snappy.uncompress(body) if ctype == 0 else body))
+        pos += 4 + clen
+    text_chunks = [t for t, payload in kinds if b"the same words" in payload]
+    # next to noise, text is still compressed (but for a chunk it may share with turns)
+    assert len(text_chunks) > 20 and text_chunks.count(1) <= 1
+    noise_chunks = kinds[:40]
+    assert sum(t == 1 for t, _ in noise_chunks) == 40  # random bytes are stored as they are
+    zero_tail = kinds[-20:]  # the last 20 chunks: turns' zeros
+    assert all(t == 0 for t, _ in zero_tail)  # compressed again after the skipped chunks
+    assert os.path.getsize(path) < 6_000_000  # noise + random third ~4 MB, the rest shrinks
+    backend.dispose()
+
+
 def test_sub_range_backend_writes_only_its_key_groups(tmp_path):
     kgr = KeyGroupRange(10, 50)
     backend = _populated(str(tmp_path), 128, int, kgr=kgr, keys=list(range(1000)),
