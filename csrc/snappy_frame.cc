@@ -169,13 +169,17 @@ rocksdb::Status FramedReader::NextChunk() {
       if (!snappy::RawUncompress(raw_.data() + 4, len - 4, &data_[0])) {
         return rocksdb::Status::Corruption(in_->path(), "snappy chunk does not decompress");
       }
+      pos_ = 0;
     } else {
-      data_.assign(raw_.data() + 4, len - 4);
+      if (len - 4 > kMaxBlock) {
+        return rocksdb::Status::Corruption(in_->path(), "snappy chunk larger than 64 KiB");
+      }
+      data_.swap(raw_);  // the payload stays where it was read, after the 4 CRC bytes
+      pos_ = 4;
     }
-    if (MaskCrc(Crc32c(0, data_.data(), data_.size())) != expected) {
+    if (MaskCrc(Crc32c(0, data_.data() + pos_, data_.size() - pos_)) != expected) {
       return rocksdb::Status::Corruption(in_->path(), "snappy chunk checksum mismatch");
     }
-    pos_ = 0;
     return rocksdb::Status::OK();
   }
 }

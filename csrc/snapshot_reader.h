@@ -89,7 +89,9 @@ class ThreadedSink : public RestoreSink {
   rocksdb::Status Ship();
   std::unique_ptr<RestoreSink> inner_;
   std::unique_ptr<Shared> shared_;
+  // Entries for the SST thread: bytes [0, used_) of block_, written through a pointer.
   std::string block_;
+  size_t used_ = 0;
 };
 
 class FullSnapshotReader {

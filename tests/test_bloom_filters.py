@@ -86,3 +86,31 @@ def test_the_setting_applies_to_backends_opened_after_it(tmp_path, restore_defau
     finally:
         before.close()
         after.close()
+
+
+def sst_filter_blocks(path: str) -> list[bool]:
+    """For each SST file of a backend: whether its meta-index names a full Bloom filter block
+    (meta-index blocks are never compressed, so the name is in the file's bytes)."""
+    files = glob.glob(os.path.join(path, "**", "*.sst"), recursive=True)
+    assert files
+    return [b"fullfilter." in open(f, "rb").read() for f in files]
+
+
+@pytest.mark.parametrize("bottommost", [False, True])
+def test_restored_files_follow_the_setting(tmp_path, restore_default, bottommost):
+    """A full snapshot is restored into SST files of the bottommost level: they carry a filter
+    exactly when that level is configured to use one (lookups skip the last level's filters
+    otherwise, so building them would be wasted)."""
+    stateengine.configure_bloom_filters(bottommost)
+    source = filled_backend(str(tmp_path / "db"))
+    handle = source.snapshot(tmp_path / "snap", "full").result()
+    source.close()
+    restored = KeyedStateBackend.restore(str(tmp_path / "restored"), [handle])
+    try:
+        assert set(sst_filter_blocks(str(tmp_path / "restored"))) == {bottommost}
+        value = restored.get_state(VALUE)
+        got, found = value.get_many(np.arange(0, 1_000, dtype=np.int64))
+        assert found.tolist() == [k % 2 == 0 for k in range(1_000)]
+        assert got[found].tolist() == [k * 3 for k in range(0, 1_000, 2)]
+    finally:
+        restored.close()
