@@ -347,15 +347,20 @@ void KeyBatch::SortWords() {
   } else {
     RadixSort<W>(&entries, &tmp);
   }
+  Group(n, [&](size_t i) { return entries[i].row; },
+        [&](size_t i) { return entries[i - 1].SameKey(entries[i]); });
+}
+
+template <typename RowAt, typename SameAsPrevious>
+void KeyBatch::Group(size_t n, RowAt row_at, SameAsPrevious same_as_previous) {
   group_start_.clear();
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t row = entries[i].row;
+    const uint32_t row = row_at(i);
     order_[i] = row;
-    if (i == 0 || !entries[i - 1].SameKey(entries[i])) {
-      group_start_.push_back(static_cast<uint32_t>(i));
-    }
+    if (i == 0 || !same_as_previous(i)) group_start_.push_back(static_cast<uint32_t>(i));
     group_of_[row] = static_cast<uint32_t>(group_start_.size() - 1);
   }
+  group_start_.push_back(static_cast<uint32_t>(n));
 }
 
 void KeyBatch::SortRows() {
@@ -390,17 +395,9 @@ void KeyBatch::SortRows() {
       if (c != 0) return c < 0;
       return a.row < b.row;
     });
-    group_start_.clear();
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t row = entries[i].row;
-      order_[i] = row;
-      if (i == 0 || row_key(order_[i - 1]) != row_key(row)) {
-        group_start_.push_back(static_cast<uint32_t>(i));
-      }
-      group_of_[row] = static_cast<uint32_t>(group_start_.size() - 1);
-    }
+    Group(n, [&](size_t i) { return entries[i].row; },
+          [&](size_t i) { return row_key(entries[i - 1].row) == row_key(entries[i].row); });
   }
-  group_start_.push_back(static_cast<uint32_t>(n));
 }
 
 bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchError* err) {

@@ -118,6 +118,10 @@ class KeyBatch {
   void SortRows();
   template <int W>
   void SortWords();
+  // order_, group_of_ and group_start_ from n rows in sorted order: row_at(i) is the i-th,
+  // same_as_previous(i) whether its key equals the (i-1)-th's.
+  template <typename RowAt, typename SameAsPrevious>
+  void Group(size_t n, RowAt row_at, SameAsPrevious same_as_previous);
 
   std::string arena_;
   std::vector<size_t> offsets_;

@@ -42,15 +42,7 @@ enum AnyTag : uint8_t {
 
 // ---- primitive writers/readers (inline: they sit in every hot loop) ----
 
-inline void PutBE64(std::string* out, uint64_t v) {
-  char b[8];
-  for (int i = 7; i >= 0; --i) {
-    b[i] = static_cast<char>(v & 0xFF);
-    v >>= 8;
-  }
-  out->append(b, 8);
-}
-
+// Store* write into memory the caller sized; Put* append to a string.
 inline void StoreBE64(char* out, uint64_t v) {
   for (int i = 7; i >= 0; --i) {
     out[i] = static_cast<char>(v & 0xFF);
@@ -58,9 +50,22 @@ inline void StoreBE64(char* out, uint64_t v) {
   }
 }
 
+inline void StoreBE32(char* out, uint32_t v) {
+  out[0] = static_cast<char>(v >> 24);
+  out[1] = static_cast<char>(v >> 16);
+  out[2] = static_cast<char>(v >> 8);
+  out[3] = static_cast<char>(v);
+}
+
+inline void PutBE64(std::string* out, uint64_t v) {
+  char b[8];
+  StoreBE64(b, v);
+  out->append(b, 8);
+}
+
 inline void PutBE32(std::string* out, uint32_t v) {
-  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-               static_cast<char>(v)};
+  char b[4];
+  StoreBE32(b, v);
   out->append(b, 4);
 }
 

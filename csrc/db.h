@@ -129,12 +129,14 @@ class StateDB {
   // RocksDB's estimate of live keys over all column families (no scan).
   uint64_t EstimateNumKeys() const;
   const rocksdb::WriteOptions& write_options() const { return write_options_; }
-  // Options for writing SST files that this column family can ingest.
+  // Options for writing SST files that this column family ingests into its bottommost level
+  // (restores into an empty column family).
   rocksdb::Options SstFileOptions(int cf) const;
 
  private:
   StateDB() = default;
-  rocksdb::ColumnFamilyOptions MakeColumnFamilyOptions(const ColumnFamilySpec& spec) const;
+  rocksdb::ColumnFamilyOptions MakeColumnFamilyOptions(const ColumnFamilySpec& spec,
+                                                       bool bottommost_files = false) const;
   static rocksdb::DBOptions MakeDBOptions();
 
   rocksdb::DB* db_ = nullptr;

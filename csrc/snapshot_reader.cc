@@ -10,7 +10,6 @@
 
 #include <sys/stat.h>
 
-#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
 #include "keygroups.h"
@@ -113,17 +112,6 @@ rocksdb::Status SstSink::Roll(int cf, Column* col) {
   // are rewritten (compressed) by the first compaction that reaches their key range.
   rocksdb::Options options = db_->SstFileOptions(cf);
   options.compression = rocksdb::kNoCompression;
-  // The files go into an empty database, so to its bottommost level, where column families
-  // keep no Bloom filters (optimize_filters_for_hits) unless configured to: building one was
-  // a tenth of the restore.
-  if (!StateDB::bottommost_filters()) {
-    auto* table = options.table_factory->GetOptions<rocksdb::BlockBasedTableOptions>();
-    if (table != nullptr) {
-      rocksdb::BlockBasedTableOptions t = *table;
-      t.filter_policy.reset();
-      options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-    }
-  }
   col->writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options,
                                                          db_->handle(cf));
   return col->writer->Open(col->files.back());

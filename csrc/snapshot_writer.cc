@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "codec.h"
 #include "file_io.h"
 #include "keygroups.h"
 #include "merge_iterator.h"
@@ -122,13 +123,6 @@ class BlockPipeline {
 constexpr size_t kBlockBytes = 1 << 16;
 // A finished state run at least this long is handed over on its own (see block_state).
 constexpr size_t kMinRunBlockBytes = 8 << 10;
-
-void StoreBE32(char* p, uint32_t v) {
-  p[0] = static_cast<char>(v >> 24);
-  p[1] = static_cast<char>(v >> 16);
-  p[2] = static_cast<char>(v >> 8);
-  p[3] = static_cast<char>(v);
-}
 
 // The block being encoded: bytes [0, used) are entries, the rest is room. Entries are written
 // through a pointer into room sized ahead, not appended: appends re-check capacity and size

@@ -49,6 +49,14 @@ def _checksum(path: str) -> tuple[int, int, tuple[int, int, int, int]]:
     return crc, size, key
 
 
+def _crc_and_size(path: str, crc: int | None) -> tuple[int, int]:
+    """(crc32c, size) of a local file about to be published: the CRC its writer computed while
+    writing, or else read from the file."""
+    if crc is None:
+        return _native.file_crc32c(path)
+    return crc, os.path.getsize(path)
+
+
 def _remember(key: tuple[int, int, int, int], crc: int) -> None:
     with _verified_lock:
         _VERIFIED[key] = crc
@@ -154,10 +162,7 @@ class CheckpointStorage:
                crc: int | None = None) -> FileRef:
         """Copies a local file to rel (temporary name, then move) and returns its FileRef.
         ``crc``: the file's CRC-32C if its writer computed it, else the file is read for it."""
-        if crc is None:
-            crc, size = _native.file_crc32c(local_file)
-        else:
-            size = os.path.getsize(local_file)
+        crc, size = _crc_and_size(local_file, crc)
         self._ensure_parent(rel)
         final = self.full_path(rel)
         tmp = f"{final}.tmp-{uuid.uuid4().hex}"
@@ -185,10 +190,7 @@ class CheckpointStorage:
     def commit_local(self, tmp_path: str, rel: str, local_name: str = "",
                      crc: int | None = None) -> FileRef:
         """Moves a file written at place_local's path to rel; ``crc`` as for upload."""
-        if crc is None:
-            crc, size = _native.file_crc32c(tmp_path)
-        else:
-            size = os.path.getsize(tmp_path)
+        crc, size = _crc_and_size(tmp_path, crc)
         os.replace(tmp_path, self.full_path(rel))
         return FileRef(rel, size, crc, local_name)
 
