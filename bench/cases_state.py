@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from harness import Bench, Result, chunks, rate_result, rates, timed_case
+from targets import FLOORS
 
 SCALAR_STATE_CASES = [
     "valueUpdate", "valueGet", "valueAdd", "listAppend", "listGet", "listAddAll", "mapPut",
@@ -46,9 +47,7 @@ def case_names() -> list[str]:
             names.append("state.listAddAll.batch")
         else:
             names += [f"state.{c}.batch.distinct", f"state.{c}.batch.repeated"]
-    names += [f"floor.{c}.{k}" for c, k in (("valueGet", "point"), ("valueGet", "multiget"),
-                                            ("valueUpdate", "point"),
-                                            ("valueUpdate", "writebatch"))]
+    names += [f"floor.{c}.{k}" for c, point, batch in FLOORS for k in (point, batch)]
     return names + BASELINES
 
 
@@ -250,7 +249,7 @@ def value_cases(bench: Bench) -> None:
                     run_batches(lambda k: state.put_many(k, k), batches), s.repeats), s,
                     call="put_many(keys, values)"))
 
-    floor_cases(bench, backend, state, "value", scalar, distinct)
+    floor_cases(bench, backend, state, scalar, distinct)
 
     if bench.wants("state.valueAdd.scalar"):
         fresh = [(w.rng.permutation(s.scalar_ops) + s.setup_keys + j * s.scalar_ops).tolist()
@@ -283,24 +282,24 @@ def value_cases(bench: Bench) -> None:
     backend.dispose()
 
 
-def floor_cases(bench: Bench, backend: Any, state: Any, kind: str, scalar: list[list[int]],
+def floor_cases(bench: Bench, backend: Any, state: Any, scalar: list[list[int]],
                 distinct: list[np.ndarray]) -> None:
-    """RocksDB alone on the keys of the scalar loop and of the distinct batches: how much of a
-    state call is RocksDB's, and the most batching can gain when no key repeats (a batch still
-    pays RocksDB's lookup or memtable insert once per distinct key)."""
+    """RocksDB alone on the value state's keys of the scalar loop and of the distinct batches
+    (the floor.* cases of targets.FLOORS): how much of a state call is RocksDB's, and the most
+    batching can gain when no key repeats (a batch still pays RocksDB's lookup or memtable
+    insert once per distinct key)."""
     from stateengine import _native
 
     s = bench.scale
-    case = {"value": ("valueGet", "valueUpdate")}[kind]
     scalar_arrays = [np.array(k, dtype=np.int64) for k in scalar]
     for name, op, keys, label in (
-            (f"floor.{case[0]}.point", "point_get", scalar_arrays,
+            ("floor.valueGet.point", "point_get", scalar_arrays,
              "RocksDB Get per key, C++ loop over the scalar case's keys"),
-            (f"floor.{case[0]}.multiget", "multiget", distinct,
+            ("floor.valueGet.multiget", "multiget", distinct,
              f"RocksDB sorted MultiGet, {s.batch_rows:,} distinct keys per call"),
-            (f"floor.{case[1]}.point", "point_put", scalar_arrays,
+            ("floor.valueUpdate.point", "point_put", scalar_arrays,
              "RocksDB Put per key, C++ loop over the scalar case's keys"),
-            (f"floor.{case[1]}.writebatch", "write_batch", distinct,
+            ("floor.valueUpdate.writebatch", "write_batch", distinct,
              f"RocksDB sorted WriteBatch, {s.batch_rows:,} distinct keys per call")):
         if not bench.wants(name):
             continue

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from harness import Bench
-from targets import evaluate
+from targets import FLOORS, evaluate
 
 GROUP_ORDER = ("state", "baseline", "floor", "snapshot", "checkpoint", "rescale", "spark", "memory")
 
@@ -117,8 +117,7 @@ def _ceiling_section(doc: dict[str, Any]) -> list[str]:
     calls reach."""
     res = {r["name"]: r["value"] for r in doc["results"]}
     rows = []
-    for case, point, batch in (("valueGet", "point", "multiget"),
-                               ("valueUpdate", "point", "writebatch")):
+    for case, point, batch in FLOORS:
         names = [f"state.{case}.scalar", f"state.{case}.batch.distinct",
                  f"floor.{case}.{point}", f"floor.{case}.{batch}"]
         if not all(res.get(n) for n in names):

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
+# The floor.* cases: per state case, its RocksDB point-call and sorted batch-call case names.
+FLOORS = (("valueGet", "point", "multiget"), ("valueUpdate", "point", "writebatch"))
+
+
 @dataclass(frozen=True)
 class Target:
     case: str
@@ -39,8 +43,7 @@ def _targets() -> list[Target]:
                       "batch vs scalar"))
     # RocksDB alone (bench/cases_state.floor_cases): the batch/scalar ratio that distinct keys
     # allow at most, and how close the state calls come to RocksDB's own cost.
-    for case, point, batch in (("valueGet", "point", "multiget"),
-                               ("valueUpdate", "point", "writebatch")):
+    for case, point, batch in FLOORS:
         out.append(Target(f"floor.{case}.{batch}", f"state.{case}.scalar", None, None,
                           "ceiling of batch.distinct vs scalar: RocksDB's own sorted batch call "
                           "per key, no encoding or Python"))
