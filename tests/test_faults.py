@@ -341,6 +341,29 @@ def test_full_snapshot_damage_behind_a_valid_checksum(tmp_path, handles, damage)
     _restore_fails(tmp_path, handle, CorruptionError, path)
 
 
+def test_uncompressed_snappy_chunk_over_64_kib(tmp_path, handles):
+    """A framing chunk stored uncompressed may hold 64 KiB at most (uncompressed chunks are
+    decoded where they were read, so their size is checked, not assumed); a longer one with a
+    correct CRC is corruption, and nothing is restored."""
+    import dataclasses
+
+    from stateengine import _native
+
+    full, _ = handles
+    path = os.path.join(full.root, full.file.path)
+    payload = bytes(65537)
+    crc = _native.crc32c(payload)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    chunk = bytes([0x01]) + (len(payload) + 4).to_bytes(3, "little") + \
+        masked.to_bytes(4, "little") + payload
+    with open(path, "r+b") as f:  # the last key group: stream identifier, then that chunk
+        f.seek(max(full.offsets.values()) + 10)
+        f.write(chunk)
+        f.truncate()
+    handle = dataclasses.replace(full, file=_refreshed(full.file, full.root))
+    _restore_fails(tmp_path, handle, CorruptionError, path, "larger than 64 KiB")
+
+
 def test_full_snapshot_offsets_beyond_the_file(tmp_path, handles):
     import dataclasses
 
