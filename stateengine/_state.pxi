@@ -24,6 +24,7 @@ cdef class NativeState:
     cdef string _val
     cdef string _scratch_ns
     cdef CPinnableSlice _pin
+    cdef PickleGate _gate
     cdef readonly object descriptor
     cdef readonly str name
 
@@ -35,6 +36,8 @@ cdef class NativeState:
         self._value_codec = <CCodec>value_codec
         self._ns_codec = <CCodec>ns_codec
         self._ns_variable = CIsVariableLengthCodec(self._ns_codec)
+        self._gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
+                                f"state '{self.name}'")
         self._namespace = None
         self._ns.clear()
         encode_value(self._ns_codec, None, &self._ns)
@@ -154,7 +157,7 @@ cdef class NativeState:
 
     def _decode(self, bytes data):
         return decode_whole(self._value_codec, PyBytes_AS_STRING(data),
-                            <size_t>PyBytes_GET_SIZE(data))
+                            <size_t>PyBytes_GET_SIZE(data), self._gate)
 
 
 cdef class NativeValueState(NativeState):
@@ -168,7 +171,7 @@ cdef class NativeValueState(NativeState):
     def value(self):
         """The value of the current key and namespace, or the descriptor's default."""
         if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
         return _deepcopy(self._default) if self._copy_default else self._default
 
     def update(self, value) -> None:
@@ -199,11 +202,11 @@ cdef int _encode_list(NativeState s, object values, string* out) except -1:
     return 0
 
 
-cdef list decode_list(CCodec codec, const char* p, size_t n):
+cdef list decode_list(CCodec codec, const char* p, size_t n, PickleGate gate):
     cdef size_t pos = 0, used = 0
     cdef list out = []
     while pos < n:
-        out.append(decode_value(codec, p + pos, n - pos, &used))
+        out.append(decode_value(codec, p + pos, n - pos, &used, gate))
         pos += used
         if pos < n:
             if p[pos] != b',':
@@ -221,7 +224,7 @@ cdef class NativeListState(NativeState):
     def get(self) -> list:
         """The elements of the current key and namespace ([] if none)."""
         if self._get(self._key()):
-            return decode_list(self._value_codec, self._pin.data(), self._pin.size())
+            return decode_list(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
         return []
 
     def add(self, value) -> None:
@@ -250,7 +253,8 @@ cdef class NativeListState(NativeState):
             self._delete(self._key())
 
     def _decode_raw(self, bytes data) -> list:
-        return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
+        return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data),
+                           self._gate)
 
 
 cdef int _encode_number(NativeState s, object value, string* out) except -1:
@@ -299,7 +303,7 @@ cdef class NativeReducingState(NativeState):
     def get(self):
         """The reduced value of the current key and namespace, or None."""
         if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
         return None
 
     def add(self, value) -> None:
@@ -314,7 +318,7 @@ cdef class NativeReducingState(NativeState):
             return
         key = self._key()
         if self._get(key):
-            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
             value = self._reduce(current, value)
             key = self._key()  # the reduce function may have touched other state
         encode_value(self._value_codec, value, &self._val)
@@ -337,7 +341,7 @@ cdef class NativeAggregatingState(NativeState):
     def get(self):
         """The aggregate's result for the current key and namespace, or None."""
         if self._get(self._key()):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
             return self._fn.get_result(acc)
         return None
 
@@ -352,7 +356,7 @@ cdef class NativeAggregatingState(NativeState):
             return
         key = self._key()
         if self._get(key):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
         else:
             acc = self._fn.create_accumulator()
         acc = self._fn.add(value, acc)
@@ -382,12 +386,12 @@ cdef int _encode_map_value(NativeState s, object value, string* out) except -1:
     return encode_value(s._value_codec, value, out)
 
 
-cdef object _decode_map_value(CCodec codec, const char* p, size_t n):
+cdef object _decode_map_value(CCodec codec, const char* p, size_t n, PickleGate gate):
     if n == 0:
         raise _CorruptionError("map value without its null flag byte")
     if p[0] == 1:
         return None
-    return decode_whole(codec, p + 1, n - 1)
+    return decode_whole(codec, p + 1, n - 1, gate)
 
 
 cdef class NativeMapState(NativeState):
@@ -411,7 +415,8 @@ cdef class NativeMapState(NativeState):
     def get(self, user_key):
         """The value under user_key, or None."""
         if self._get(self._entry_key(user_key)):
-            return _decode_map_value(self._value_codec, self._pin.data(), self._pin.size())
+            return _decode_map_value(self._value_codec, self._pin.data(), self._pin.size(),
+                                     self._gate)
         return None
 
     def put(self, user_key, value) -> None:
@@ -482,18 +487,21 @@ cdef class NativeMapState(NativeState):
     def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
         cdef Py_ssize_t plen = len(prefix)
         cdef CCodec ukc = self._uk_codec, vc = self._value_codec
+        cdef PickleGate gate = self._gate
         cdef bytes k, v
         while True:
             chunk = self._backend._raw_scan(self._cf, lower, upper, SCAN_CHUNK, reverse)
             for k, v in chunk:
                 if what == VALUES:
-                    yield _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v))
+                    yield _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v), gate)
                     continue
-                uk = decode_whole(ukc, PyBytes_AS_STRING(k) + plen, <size_t>(PyBytes_GET_SIZE(k) - plen))
+                uk = decode_whole(ukc, PyBytes_AS_STRING(k) + plen, <size_t>(PyBytes_GET_SIZE(k) - plen),
+                                  gate)
                 if what == KEYS:
                     yield uk
                 else:
-                    yield (uk, _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v)))
+                    yield (uk, _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v),
+                                                 gate))
             if len(chunk) < SCAN_CHUNK:
                 return
             if reverse:
