@@ -25,7 +25,7 @@ from .checkpoint.handles import FullSnapshotHandle, IncrementalHandle
 from .checkpoint.incremental import IncrementalCheckpointer
 from .checkpoint.restore import restore_backend
 from .checkpoint.storage import CheckpointStorage, as_storage
-from .descriptors import StateDescriptor, StateKind, validate_state_name
+from .descriptors import StateDescriptor, StateKind, check_no_pickle, validate_state_name
 from .functions import merge_operator_of
 from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
                      UnknownStateError)
@@ -402,21 +402,6 @@ class KeyedStateBackend(_native.NativeBackend):
         state = "closed" if self.closed else "open"
         return (f"KeyedStateBackend({self._path!r}, max_parallelism={self._max_parallelism}, "
                 f"{self._range}, {state})")
-
-
-def check_no_pickle(descriptor: StateDescriptor) -> None:
-    """Refuses a descriptor whose values or user keys are pickled, on a backend that did not
-    opt in with allow_pickle."""
-    pickled = [what for what, codec in (("value_type", descriptor.value_codec),
-                                        ("user_key_type", descriptor.user_key_codec))
-               if codec == serializers.Codec.PICKLE]
-    if pickled:
-        raise StateRegistrationError(
-            f"state '{descriptor.name}' declares {' and '.join(pickled)}=\"pickle\", and reading "
-            f"a pickle runs code chosen by whoever wrote the checkpoint; open the backend with "
-            f"allow_pickle=True (KeyedStateBackend, restore, StateStoreProvider, the "
-            f"stateengine.spark functions) if you trust its checkpoints, or use the default "
-            f"serializer, which stores tuples, lists and dicts of primitives without pickle")
 
 
 def _cf_spec(meta: dict) -> tuple[str, int, int, int]:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from .backend import KeyedStateBackend
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
-from .descriptors import StateDescriptor
+from .descriptors import StateDescriptor, check_no_pickle
 from .errors import IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 
@@ -69,6 +69,9 @@ class StateStoreProvider:
         self.descriptors = list(descriptors)
         self.min_versions_to_retain = min_versions_to_retain
         self.allow_pickle = allow_pickle
+        if not allow_pickle:
+            for d in self.descriptors:
+                check_no_pickle(d)
         self._local_root = local_dir or default_local_dir()
         self._backend: KeyedStateBackend | None = None
         self._backend_version: int | None = None  # version the open backend holds, if clean

@@ -17,6 +17,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _native
+from ..descriptors import check_no_pickle
 from ..errors import CheckpointNotFoundError, IncompatibleStateError
 from ..keygroups import KeyGroupRange
 from ..operator_state import OperatorStateBackend
@@ -191,6 +192,9 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
                     keyed_only: bool = False) -> "KeyedStateBackend":
     """See KeyedStateBackend.restore; ``keyed_only`` skips operator state and the conversion
     of old checkpoints (KeyedStateBackend.open_for_reading)."""
+    if not allow_pickle:
+        for d in descriptors:
+            check_no_pickle(d)  # before any file is read
     hs = normalize_handles(handles)
     max_p = hs[0].max_parallelism
     if max_parallelism is not None and max_parallelism != max_p:
