@@ -5,8 +5,15 @@
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.float cimport PyFloat_AsDouble, PyFloat_FromDouble
-from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8AndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject, Py_DECREF
+from cpython.exc cimport PyErr_Clear
+
+cdef extern from "Python.h":
+    # Declared without Cython's error check, so that invalid UTF-8 in stored bytes becomes a
+    # CorruptionError without a try block on the hot path.
+    PyObject* _DecodeUTF8 "PyUnicode_DecodeUTF8"(const char*, Py_ssize_t, const char*)
 
 cdef object _np_integer = np.integer
 cdef object _np_floating = np.floating
@@ -353,13 +360,23 @@ cdef object _get_varbytes(const char* p, size_t n, size_t* used):
     return PyBytes_FromStringAndSize(p + head, <Py_ssize_t>body)
 
 
+cdef inline object _utf8(const char* p, Py_ssize_t n):
+    cdef PyObject* r = _DecodeUTF8(p, n, "strict")
+    if r == NULL:
+        PyErr_Clear()
+        raise _CorruptionError("a stored string is not valid UTF-8; the data is corrupted")
+    s = <object>r
+    Py_DECREF(s)  # <object> took a reference of its own
+    return s
+
+
 cdef object _get_varstr(const char* p, size_t n, size_t* used):
     cdef uint64_t body
     cdef size_t head = CGetVarint(p, n, &body)
     if head == 0 or body > n - head:
         raise _CorruptionError("truncated length-prefixed string")
     used[0] = head + <size_t>body
-    return PyUnicode_DecodeUTF8(p + head, <Py_ssize_t>body, "strict")
+    return _utf8(p + head, <Py_ssize_t>body)
 
 
 cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, PickleGate gate):
@@ -445,7 +462,7 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, Pi
         return PyFloat_FromDouble(_get_f32(p))
     if codec == kOrdStr:
         used[0] = n
-        return PyUnicode_DecodeUTF8(p, <Py_ssize_t>n, "strict")
+        return _utf8(p, <Py_ssize_t>n)
     if codec == kOrdBytes:
         used[0] = n
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
