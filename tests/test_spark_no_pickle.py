@@ -1,0 +1,60 @@
+"""stateengine.spark never unpickles what a checkpoint holds unless the job passes
+allow_pickle=True (tests/test_no_pickle.py plants the payloads; this runs the Spark entry
+points over them: read_state, and apply_with_state firing timers)."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from stateengine import StateRegistrationError, StateStoreProvider, ValueStateDescriptor
+from stateengine.spark import apply_with_state, read_state
+from tests.test_no_pickle import CLEAN_KEY, DESCRIPTORS, PLAIN, plant
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def planted_store(tmp_path):
+    marker = str(tmp_path / "MARKER")
+    ck = str(tmp_path / "ck")
+    with StateStoreProvider(ck, "op", 0, 1, key_type=int, descriptors=DESCRIPTORS,
+                            local_dir=str(tmp_path / "local"), allow_pickle=True) as provider:
+        store = provider.get_store(0)
+        plant(store.backend, marker)
+        store.commit()
+    return ck, marker
+
+
+def test_read_state_and_timers_never_unpickle(spark, planted_store):
+    ck, marker = planted_store
+    # a state declared int, whose namespace holds the pickle
+    with pytest.raises(Exception, match="PickleNotAllowedError.*allow_pickle=True"):
+        read_state(spark, ck, "vi", operator_id="op").collect()
+    df = spark.createDataFrame(pd.DataFrame({"k": [CLEAN_KEY]}))
+    out = apply_with_state(df, "k", lambda k, rows, ctx: None, "k long", PLAIN, ck, 1,
+                           num_partitions=1, operator_id="op",
+                           on_timer=lambda k, t, ctx: [(k,)], watermark=100)
+    with pytest.raises(Exception, match="PickleNotAllowedError.*allow_pickle=True"):
+        out.collect()
+    assert not os.path.exists(marker)
+
+
+def test_pickle_states_in_spark_jobs_need_allow_pickle(spark, tmp_path):
+    ck = str(tmp_path / "ck")
+    seen = ValueStateDescriptor("seen", value_type="pickle")
+    df = spark.createDataFrame(pd.DataFrame({"k": [1, 2]}))
+
+    def remember(key, rows, ctx):
+        ctx.state("seen").update(frozenset({key}))
+        return None
+
+    with pytest.raises(StateRegistrationError, match='value_type="pickle".*allow_pickle=True'):
+        apply_with_state(df, "k", remember, "k long", [seen], ck, 0, operator_id="op")
+    apply_with_state(df, "k", remember, "k long", [seen], ck, 0, num_partitions=1,
+                     operator_id="op", allow_pickle=True).collect()
+    rows = read_state(spark, ck, "seen", operator_id="op", allow_pickle=True).collect()
+    assert sorted((r.key, r.value) for r in rows) == [(1, '"frozenset({1})"'),
+                                                      (2, '"frozenset({2})"')]
