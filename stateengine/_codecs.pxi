@@ -73,7 +73,19 @@ cdef class PickleGate:
         self.what = what
 
 
-cdef object _unpickle(PickleGate gate, const char* p, size_t n):
+# Decoders take the reader's gate as a borrowed pointer (its owner, a state handle or the
+# caller, keeps it alive): passing an object would cost a reference count on every read.
+ctypedef PyObject* GateRef
+
+
+cdef inline GateRef gate_ref(PickleGate gate):
+    if gate is None:
+        return <GateRef>NULL
+    return <GateRef>gate
+
+
+cdef object _unpickle(GateRef ref, const char* p, size_t n):
+    cdef PickleGate gate = <PickleGate>ref if ref != NULL else None
     data = PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
     if gate is not None and gate.mode == PICKLE_ALLOW:
         return _pickle_loads(data)
@@ -139,9 +151,10 @@ cdef int _put_pickle(object v, string* out) except -1:
     return 0
 
 
-cdef inline int _put_primitive(object v, string* out) except -2:
-    """Encodes None, bool, int, float, str, bytes and numpy numbers; 0 if v is none of these.
-    The checks run in order of how common the types are in state."""
+cdef int _put_any(object v, string* out) except -1:
+    """The ANY encoding of v. The builtin scalars come first, in order of how common they are
+    in state (this is every scalar update's path); containers after them. encode_value is its
+    only caller, so the compiler inlines it there: keep it that way."""
     cdef int64_t i
     cdef int overflow = 0
     cdef type t = type(v)
@@ -150,42 +163,39 @@ cdef inline int _put_primitive(object v, string* out) except -2:
         if not overflow:
             out.push_back(<char>kTagInt)
             CPutBE64(out, <uint64_t>i)
-            return 1
+            return 0
         return _put_bigint(v, out)
     if t is float:
         out.push_back(<char>kTagFloat)
         CPutBE64(out, CDoubleBits(PyFloat_AsDouble(v)))
-        return 1
+        return 0
     if t is str:
         out.push_back(<char>kTagStr)
-        _put_str(v, out)
-        return 1
+        return _put_str(v, out)
     if v is None:
         out.push_back(<char>kTagNone)
-        return 1
+        return 0
     if t is bool:
         out.push_back(<char>(kTagTrue if v else kTagFalse))
-        return 1
+        return 0
     if t is bytes:
         out.push_back(<char>kTagBytes)
-        _put_blob(v, out)
-        return 1
+        return _put_blob(v, out)
     if isinstance(v, _np_bool):
         out.push_back(<char>(kTagTrue if v else kTagFalse))
-        return 1
+        return 0
     if isinstance(v, _np_integer):
-        v = int(v)
-        i = PyLong_AsLongLongAndOverflow(v, &overflow)
+        i = PyLong_AsLongLongAndOverflow(int(v), &overflow)
         if overflow:
-            return _put_bigint(v, out)
+            return _put_bigint(int(v), out)
         out.push_back(<char>kTagInt)
         CPutBE64(out, <uint64_t>i)
-        return 1
+        return 0
     if isinstance(v, _np_floating):
         out.push_back(<char>kTagFloat)
         CPutBE64(out, CDoubleBits(<double>float(v)))
-        return 1
-    return 0
+        return 0
+    return _put_composite(v, out, 0)
 
 
 cdef int _put_bigint(object v, string* out) except -1:
@@ -196,20 +206,16 @@ cdef int _put_bigint(object v, string* out) except -1:
     out.push_back(<char>kTagBigInt)
     CPutVarint(out, <uint64_t>size)
     out.append(PyBytes_AS_STRING(body), <size_t>size)
-    return 1
-
-
-cdef int _put_any(object v, string* out) except -1:
-    """The ANY encoding of v: primitives first (the hot path), then containers."""
-    if _put_primitive(v, out):
-        return 0
-    return _put_composite(v, out, 0)
+    return 0
 
 
 cdef int _put_element(object v, string* out, int depth) except -1:
-    if _put_primitive(v, out):
-        return 0
-    return _put_composite(v, out, depth)
+    """An element of a container: a container one level deeper, anything else as any value
+    (only containers recurse, so the depth is counted here alone)."""
+    cdef type t = type(v)
+    if t is tuple or t is list or t is dict:
+        return _put_composite(v, out, depth)
+    return encode_value(kAny, v, out)
 
 
 cdef int _put_composite(object v, string* out, int depth) except -1:
@@ -244,10 +250,9 @@ cdef int _put_composite(object v, string* out, int depth) except -1:
     if isinstance(v, _np_bytes):
         out.push_back(<char>kTagBytes)
         return _put_blob(bytes(v), out)
-    where = "a value" if depth == 0 else "an element of a tuple, list or dict"
     raise _SerializationError(
-        f"{where} of type {t.__name__} ({v!r:.80}) cannot be stored by the default 'any' "
-        f"serializer, which holds None, bool, int, float, str, bytes, numpy scalars and tuples, "
+        f"a value of type {t.__name__} ({v!r:.80}) cannot be stored by the default 'any' "
+        f"serializer (as a value, or inside a tuple, list or dict), which holds None, bool, int, float, str, bytes, numpy scalars and tuples, "
         f"lists and dicts of them; convert it (to a tuple, dict, str...), or declare the state "
         f"with value_type=\"pickle\" (user_key_type=\"pickle\" for map keys) and open the "
         f"backend with allow_pickle=True")
@@ -379,7 +384,7 @@ cdef object _get_varstr(const char* p, size_t n, size_t* used):
     return _utf8(p + head, <Py_ssize_t>body)
 
 
-cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, PickleGate gate):
+cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, GateRef gate):
     """Decodes the element that starts at p; stores its length in used. A pickle (PICKLE
     codec, or an ANY value an earlier version pickled) goes to gate."""
     cdef uint8_t tag
@@ -482,7 +487,7 @@ cdef object _get_element(const char* p, size_t n, size_t* used, int depth):
     if tag == kTagPickle:
         raise _CorruptionError("a pickle inside a tuple, list or dict; the stored value is "
                                "corrupted")
-    return decode_value(kAny, p, n, used, None)
+    return decode_value(kAny, p, n, used, NULL)
 
 
 cdef object _get_composite(uint8_t tag, const char* p, size_t n, size_t* used, int depth):
@@ -530,15 +535,15 @@ cdef object _get_composite(uint8_t tag, const char* p, size_t n, size_t* used, i
             raise _CorruptionError("a stored dict repeats a key; the value is corrupted")
         used[0] = pos
         return d
-    items = [None] * <Py_ssize_t>count
+    items = []  # grows with what decodes, never with what a count claims
     for i in range(<size_t>count):
-        items[i] = _get_element(p + pos, n - pos, &item, depth + 1)
+        items.append(_get_element(p + pos, n - pos, &item, depth + 1))
         pos += item
     used[0] = pos
     return tuple(items) if tag == kTagTuple else items
 
 
-cdef object decode_whole(CCodec codec, const char* p, size_t n, PickleGate gate):
+cdef object decode_whole(CCodec codec, const char* p, size_t n, GateRef gate):
     """Decodes exactly one element spanning all n bytes."""
     cdef size_t used = 0
     r = decode_value(codec, p, n, &used, gate)
@@ -642,7 +647,7 @@ cdef object decode_key(const CKeySchema& schema, bint is_tuple, const char* p, s
     cdef const vector[CCodec]* columns = &schema.columns()
     cols = []
     for i in range(columns.size()):
-        cols.append(decode_value(columns[0][i], p + pos, n - pos, &used, None))
+        cols.append(decode_value(columns[0][i], p + pos, n - pos, &used, NULL))
         pos += used
     if pos != n:
         raise _CorruptionError("stored key does not match the backend's key type")
@@ -659,7 +664,7 @@ def encode_for_codec(int codec, value) -> bytes:
 def decode_for_codec(int codec, bytes data, PickleGate gate=None):
     """The value data encodes under a codec id; a pickle goes to gate (None refuses it)."""
     return decode_whole(<CCodec>codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data),
-                        gate)
+                        gate_ref(gate))
 
 
 def element_length(int codec, bytes data) -> int:

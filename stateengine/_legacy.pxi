@@ -43,9 +43,9 @@ cdef bytes _native_or_same(const char* p, size_t n, PickleGate gate):
     cdef size_t used = 0
     if not _is_pickle(p, n):
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
-    value = decode_whole(kAny, p, n, gate)
+    value = decode_whole(kAny, p, n, gate_ref(gate))
     try:
-        _put_any(value, &out)
+        encode_value(kAny, value, &out)
     except _SerializationError:  # an arbitrary object: it stays a pickle
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
     return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())

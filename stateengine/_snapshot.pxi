@@ -207,7 +207,7 @@ def timer_pop_due(NativeBackend backend, int cf, int64_t max_timestamp, size_t l
                 raise _CorruptionError("a stored timer key does not fit the timer layout")
             out.append((ts, decode_key(backend._schema, backend._key_is_tuple, p + pk.key_off,
                                        pk.key_len),
-                        decode_value(kAny, p + pk.ns_off, pk.ns_len, &used, gate)))
+                        decode_value(kAny, p + pk.ns_off, pk.ns_len, &used, gate_ref(gate))))
     except BaseException:
         for k in keys:
             backend._raw_put(cf, k, b"")
@@ -235,7 +235,7 @@ def decode_stored_value(str kind, int codec, bytes data, PickleGate gate=None):
     cdef const char* p = PyBytes_AS_STRING(data)
     cdef size_t n = <size_t>PyBytes_GET_SIZE(data)
     if kind == "list":
-        return decode_list(<CCodec>codec, p, n, gate)
+        return decode_list(<CCodec>codec, p, n, gate_ref(gate))
     if kind == "map" or kind == "sorted_map":
-        return _decode_map_value(<CCodec>codec, p, n, gate)
-    return decode_whole(<CCodec>codec, p, n, gate)
+        return _decode_map_value(<CCodec>codec, p, n, gate_ref(gate))
+    return decode_whole(<CCodec>codec, p, n, gate_ref(gate))

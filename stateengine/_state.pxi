@@ -25,6 +25,7 @@ cdef class NativeState:
     cdef string _scratch_ns
     cdef CPinnableSlice _pin
     cdef PickleGate _gate
+    cdef GateRef _gate_ref  # _gate, borrowed, for the decoders
     cdef readonly object descriptor
     cdef readonly str name
 
@@ -38,6 +39,7 @@ cdef class NativeState:
         self._ns_variable = CIsVariableLengthCodec(self._ns_codec)
         self._gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
                                 f"state '{self.name}'")
+        self._gate_ref = <GateRef>self._gate
         self._namespace = None
         self._ns.clear()
         encode_value(self._ns_codec, None, &self._ns)
@@ -157,7 +159,7 @@ cdef class NativeState:
 
     def _decode(self, bytes data):
         return decode_whole(self._value_codec, PyBytes_AS_STRING(data),
-                            <size_t>PyBytes_GET_SIZE(data), self._gate)
+                            <size_t>PyBytes_GET_SIZE(data), self._gate_ref)
 
 
 cdef class NativeValueState(NativeState):
@@ -171,7 +173,7 @@ cdef class NativeValueState(NativeState):
     def value(self):
         """The value of the current key and namespace, or the descriptor's default."""
         if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
+            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
         return _deepcopy(self._default) if self._copy_default else self._default
 
     def update(self, value) -> None:
@@ -202,7 +204,7 @@ cdef int _encode_list(NativeState s, object values, string* out) except -1:
     return 0
 
 
-cdef list decode_list(CCodec codec, const char* p, size_t n, PickleGate gate):
+cdef list decode_list(CCodec codec, const char* p, size_t n, GateRef gate):
     cdef size_t pos = 0, used = 0
     cdef list out = []
     while pos < n:
@@ -224,7 +226,7 @@ cdef class NativeListState(NativeState):
     def get(self) -> list:
         """The elements of the current key and namespace ([] if none)."""
         if self._get(self._key()):
-            return decode_list(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
+            return decode_list(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
         return []
 
     def add(self, value) -> None:
@@ -254,7 +256,7 @@ cdef class NativeListState(NativeState):
 
     def _decode_raw(self, bytes data) -> list:
         return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data),
-                           self._gate)
+                           self._gate_ref)
 
 
 cdef int _encode_number(NativeState s, object value, string* out) except -1:
@@ -303,7 +305,7 @@ cdef class NativeReducingState(NativeState):
     def get(self):
         """The reduced value of the current key and namespace, or None."""
         if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
+            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
         return None
 
     def add(self, value) -> None:
@@ -318,7 +320,7 @@ cdef class NativeReducingState(NativeState):
             return
         key = self._key()
         if self._get(key):
-            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
+            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
             value = self._reduce(current, value)
             key = self._key()  # the reduce function may have touched other state
         encode_value(self._value_codec, value, &self._val)
@@ -341,7 +343,7 @@ cdef class NativeAggregatingState(NativeState):
     def get(self):
         """The aggregate's result for the current key and namespace, or None."""
         if self._get(self._key()):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
+            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
             return self._fn.get_result(acc)
         return None
 
@@ -356,7 +358,7 @@ cdef class NativeAggregatingState(NativeState):
             return
         key = self._key()
         if self._get(key):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate)
+            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
         else:
             acc = self._fn.create_accumulator()
         acc = self._fn.add(value, acc)
@@ -386,7 +388,7 @@ cdef int _encode_map_value(NativeState s, object value, string* out) except -1:
     return encode_value(s._value_codec, value, out)
 
 
-cdef object _decode_map_value(CCodec codec, const char* p, size_t n, PickleGate gate):
+cdef object _decode_map_value(CCodec codec, const char* p, size_t n, GateRef gate):
     if n == 0:
         raise _CorruptionError("map value without its null flag byte")
     if p[0] == 1:
@@ -416,7 +418,7 @@ cdef class NativeMapState(NativeState):
         """The value under user_key, or None."""
         if self._get(self._entry_key(user_key)):
             return _decode_map_value(self._value_codec, self._pin.data(), self._pin.size(),
-                                     self._gate)
+                                     self._gate_ref)
         return None
 
     def put(self, user_key, value) -> None:
@@ -487,7 +489,7 @@ cdef class NativeMapState(NativeState):
     def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
         cdef Py_ssize_t plen = len(prefix)
         cdef CCodec ukc = self._uk_codec, vc = self._value_codec
-        cdef PickleGate gate = self._gate
+        cdef GateRef gate = self._gate_ref
         cdef bytes k, v
         while True:
             chunk = self._backend._raw_scan(self._cf, lower, upper, SCAN_CHUNK, reverse)

@@ -309,7 +309,7 @@ def test_objects_the_any_serializer_cannot_store(populated, bad):
     with pytest.raises(SerializationError,
                        match='default .any. serializer.*value_type="pickle".*allow_pickle=True'):
         s["v"].update(bad)
-    with pytest.raises(SerializationError, match="an element of a tuple, list or dict"):
+    with pytest.raises(SerializationError, match="inside a tuple, list or dict"):
         s["v"].update({"nested": [bad]})
     with pytest.raises(SerializationError):
         s["la"].add(bad)
