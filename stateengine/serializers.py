@@ -85,7 +85,7 @@ def _lookup(spec: Any, what: str) -> Codec:
     if codec is None:
         raise StateRegistrationError(
             f"unsupported {what} {spec!r}; use one of int, float, str, bytes, bool, numpy "
-            f"int32/int64/float32/float64, object (any value), or the names "
+            f"int32/int64/float32/float64, object (the default serializer), or the names "
             f"{sorted(_BY_NAME)}")
     return codec
 
