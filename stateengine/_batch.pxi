@@ -298,6 +298,9 @@ cdef int _raise_batch_error(NativeState s, const CBatchError& err, object keys, 
             f"its group (stateengine.spark does this)")
     if err.code == kBatchTooLarge:
         raise ValueError("a batch holds at most 2**32 - 1 rows; split it")
+    if err.code == kBatchNoMemory:
+        raise MemoryError(f"state '{s.name}': the batch's keys or values do not fit in memory; "
+                          f"split it")
     if err.code == kBatchCorrupt:
         raise _CorruptionError(
             f"state '{s.name}': the stored value of row {row} is not a valid encoding of its "
@@ -360,9 +363,10 @@ cdef object _values_source(_Batch b, object values):
 
 cdef int _read(NativeState s, _Batch b) except -1:
     cdef CStatus st
-    cdef CStateDB* db = s._backend._db.get()
+    cdef CStateDB* db = s._backend._enter()
     with nogil:
         st = CBatchGet(db, s._cf, b.kb, &b.vals)
+    s._backend._leave()
     return check_status(st)
 
 
@@ -470,9 +474,10 @@ def _value_put_many(NativeValueState s, keys, values):
         return
     src = _values_source(b, values)
     cdef _Column col = _value_column(s, src, s._value_codec, MODE_VALUE)
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, False, False, &err)
+    s._backend._leave()
     _write_status(s, st, err, b, src)
 
 
@@ -489,9 +494,10 @@ def _list_add_many(NativeListState s, keys, values):
     if b.n == 0:
         return
     cdef _Column col = _value_column(s, src, s._value_codec, MODE_ELEMENT)
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchMergeList(db, s._cf, b.kb, col.view, s._value_codec, &err)
+    s._backend._leave()
     _write_status(s, st, err, b, src)
 
 
@@ -540,10 +546,11 @@ def _merging_add_many(NativeState s, keys, values, bint native, int op, bint cou
             col.view.size = b.n
         else:
             col = _value_column(s, src, s._value_codec, MODE_NUMBER)
-        db = s._backend._db.get()
+        db = s._backend._enter()
         with nogil:
             st = CBatchMergeNumbers(db, s._cf, b.kb, col.view, s._value_codec, <CNumericOp>op,
                                     count, &err)
+        s._backend._leave()
         return _write_status(s, st, err, b, src)
     _fold_with_python(s, b, src, aggregating, fn)
 
@@ -585,9 +592,10 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
         encode_value(s._value_codec, acc, &col.buf)
         col.offs.push_back(<int64_t>col.buf.size())
     col.finish_encoded()
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, False, True, &err)
+    s._backend._leave()
     return _write_status(s, st, err, b, src)
 
 
@@ -635,9 +643,10 @@ def _map_put_many(NativeMapState s, keys, user_keys, values):
     if b.n == 0:
         return
     cdef _Column col = _value_column(s, src, s._value_codec, MODE_MAP_VALUE)
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, True, False, &err)
+    s._backend._leave()
     _write_status(s, st, err, b, src)
 
 
@@ -691,8 +700,9 @@ def _rocksdb_floor(NativeState s, keys, str op) -> float:
     cdef _Batch b = _build(s, keys, None, kVoid)
     if b.n == 0:
         return 0.0
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CMeasureFloor(db, s._cf, b.kb, code, &seconds)
+    s._backend._leave()
     check_status(st)
     return seconds

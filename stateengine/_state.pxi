@@ -77,14 +77,21 @@ cdef class NativeState:
     # value()). Only when RocksDB would read a file or stall a write (Status::Incomplete, nothing
     # done) is the call repeated with the GIL released.
 
+    # The non-waiting call holds the GIL from the caller's closed check (in _key()) to its
+    # end, so close() cannot run meanwhile; the blocking retry releases the GIL and is fenced
+    # (_enter/_leave, see _backend.pxi).
+
     cdef int _get(self, const string* key) except -1:
         """Looks key up into self._pin; 1 if found, 0 if not."""
-        cdef CStateDB* db = self._backend._db.get()
+        cdef NativeBackend be = self._backend
+        cdef CStateDB* db = be._db.get()
         cdef CSlice k = CSlice(key.data(), key.size())
         cdef CStatus st = db.GetNoWait(self._cf, k, &self._pin)
         if st.IsIncomplete():
+            db = be._enter()
             with nogil:
                 st = db.Get(self._cf, k, &self._pin)
+            be._leave()
         if st.ok():
             return 1
         if st.IsNotFound():
@@ -99,8 +106,10 @@ cdef class NativeState:
         self._backend.check_writable()
         st = db.PutNoWait(self._cf, k, v)
         if st.IsIncomplete():
+            db = self._backend._enter()
             with nogil:
                 st = db.Put(self._cf, k, v)
+            self._backend._leave()
         return check_status(st)
 
     cdef int _merge(self, const string* key, const string* value) except -1:
@@ -111,8 +120,10 @@ cdef class NativeState:
         self._backend.check_writable()
         st = db.MergeNoWait(self._cf, k, v)
         if st.IsIncomplete():
+            db = self._backend._enter()
             with nogil:
                 st = db.Merge(self._cf, k, v)
+            self._backend._leave()
         return check_status(st)
 
     cdef int _delete(self, const string* key) except -1:
@@ -122,8 +133,10 @@ cdef class NativeState:
         self._backend.check_writable()
         st = db.DeleteNoWait(self._cf, k)
         if st.IsIncomplete():
+            db = self._backend._enter()
             with nogil:
                 st = db.Delete(self._cf, k)
+            self._backend._leave()
         return check_status(st)
 
     def clear(self) -> None:
@@ -435,9 +448,10 @@ cdef class NativeMapState(NativeState):
         if keys.empty():
             return
         self._backend.check_writable()
-        db = self._backend._db.get()
+        db = self._backend._enter()
         with nogil:
             st = db.PutMany(self._cf, keys, vals)
+        self._backend._leave()
         check_status(st)
 
     def contains(self, user_key) -> bool:
@@ -450,18 +464,26 @@ cdef class NativeMapState(NativeState):
         """Removes every entry of the current key and namespace."""
         cdef CStatus st
         cdef string prefix = self._key()[0]
-        cdef CStateDB* db = self._backend._db.get()
+        cdef CStateDB* db
         self._backend.check_writable()
+        db = self._backend._enter()
         with nogil:
             st = db.DeletePrefix(self._cf, prefix)
+        self._backend._leave()
         check_status(st)
 
     def is_empty(self) -> bool:
         prefix = self._prefix()
         return not self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, False)
 
+    # Iteration sees the map as it is when keys()/values()/entries() (or head/tail/sub) is
+    # called: the entries come from one RocksDB iterator pinned at that moment, so puts and
+    # removes during the iteration neither appear in it nor end or lengthen it (like
+    # iterating over list(d.items()), where a dict would raise instead).
+
     def entries(self):
-        """(user key, value) pairs in stored order, fetched lazily in chunks."""
+        """(user key, value) pairs in stored order, as the map is at this call; fetched
+        lazily in chunks; changes made while iterating are not seen."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, _successor(prefix), False, ENTRIES)
 
@@ -469,10 +491,12 @@ cdef class NativeMapState(NativeState):
         return self.entries()
 
     def keys(self):
+        """User keys in stored order, as the map is at this call (see entries())."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, _successor(prefix), False, KEYS)
 
     def values(self):
+        """Values in user-key order, as the map is at this call (see entries())."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, _successor(prefix), False, VALUES)
 
@@ -480,26 +504,40 @@ cdef class NativeMapState(NativeState):
         return self.keys()
 
     def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
-        cdef Py_ssize_t plen = len(prefix)
+        cursor = self._backend._new_cursor(self._cf, lower, upper, reverse)
+        return self._drain(cursor, len(prefix), what)
+
+    def _drain(self, _ScanCursor cursor, size_t plen, int what):
         cdef CCodec ukc = self._uk_codec, vc = self._value_codec
-        cdef bytes k, v
-        while True:
-            chunk = self._backend._raw_scan(self._cf, lower, upper, SCAN_CHUNK, reverse)
-            for k, v in chunk:
+        cdef NativeBackend be = self._backend
+        cdef const CKeyValue* kv
+        cdef size_t i
+        while cursor.fill(SCAN_CHUNK):
+            for i in range(cursor.buf.size()):
+                if be._closed:
+                    be._check_open()
+                kv = &cursor.buf[i]
                 if what == VALUES:
-                    yield _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v))
+                    yield _decode_map_value(vc, kv.value.data(), kv.value.size())
                     continue
-                uk = decode_whole(ukc, PyBytes_AS_STRING(k) + plen, <size_t>(PyBytes_GET_SIZE(k) - plen))
+                if kv.key.size() < plen:
+                    raise _CorruptionError("a map entry's key is shorter than its prefix")
+                uk = decode_whole(ukc, kv.key.data() + plen, kv.key.size() - plen)
                 if what == KEYS:
                     yield uk
                 else:
-                    yield (uk, _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v)))
-            if len(chunk) < SCAN_CHUNK:
-                return
-            if reverse:
-                upper = chunk[len(chunk) - 1][0]
-            else:
-                lower = chunk[len(chunk) - 1][0] + b"\x00"
+                    yield (uk, _decode_map_value(vc, kv.value.data(), kv.value.size()))
+
+    cdef object _one_entry(self, bint last):
+        cdef bytes prefix = self._prefix()
+        chunk = self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, last)
+        if not chunk:
+            return None
+        k, v = chunk[0]
+        return (decode_whole(self._uk_codec, PyBytes_AS_STRING(k) + len(prefix),
+                             <size_t>(PyBytes_GET_SIZE(k) - len(prefix))),
+                _decode_map_value(self._value_codec, PyBytes_AS_STRING(v),
+                                  <size_t>PyBytes_GET_SIZE(v)))
 
 
 cdef bytes _successor(bytes prefix):
@@ -518,26 +556,24 @@ cdef class NativeSortedMapState(NativeMapState):
 
     def first_entry(self):
         """The entry with the smallest user key, or None."""
-        prefix = self._prefix()
-        return next(self._iter(prefix, prefix, _successor(prefix), False, ENTRIES), None)
+        return self._one_entry(False)
 
     def last_entry(self):
         """The entry with the largest user key, or None."""
-        prefix = self._prefix()
-        return next(self._iter(prefix, prefix, _successor(prefix), True, ENTRIES), None)
+        return self._one_entry(True)
 
     def head(self, to_key):
-        """Entries with user key < to_key, in order."""
+        """Entries with user key < to_key, in order, as the map is at this call."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, self._bound(prefix, to_key), False, ENTRIES)
 
     def tail(self, from_key):
-        """Entries with user key >= from_key, in order."""
+        """Entries with user key >= from_key, in order, as the map is at this call."""
         prefix = self._prefix()
         return self._iter(prefix, self._bound(prefix, from_key), _successor(prefix), False, ENTRIES)
 
     def sub(self, from_key, to_key):
-        """Entries with from_key <= user key < to_key, in order."""
+        """Entries with from_key <= user key < to_key, in order, as the map is at this call."""
         prefix = self._prefix()
         return self._iter(prefix, self._bound(prefix, from_key), self._bound(prefix, to_key),
                           False, ENTRIES)
