@@ -100,30 +100,47 @@ cdef class NativeBackend:
         self._closed = False
 
     def _native_close(self):
-        """Closes RocksDB once no other thread is inside it; calls that start later (or step
-        an iterator) raise BackendClosedError. A second closer waits for the first."""
-        cdef CStatus st
-        cdef CStateDB* db
+        """Closes RocksDB once no other thread is inside it (see _native_begin_close)."""
+        if self._native_begin_close():
+            self._native_finish_close()
+        else:
+            self._native_wait_closed()
+
+    def _native_begin_close(self) -> bool:
+        """Refuses every later call and iterator step (BackendClosedError) and asks running
+        snapshot writes to stop. True for the caller that began closing, which must call
+        _native_finish_close(); False if the backend was closed or is closing already."""
         if self._closed:
-            while self._closing:
-                with nogil:
-                    usleep(1000)
-            return
+            return False
         self._closed = True
         self._closing = True
         self._current_key = None
-        db = self._db.get()
+        self._db.get().CancelPinned()  # running snapshot writes stop at their next check
+        return True
+
+    def _native_finish_close(self):
+        """Waits (GIL released) until no call is inside RocksDB, then frees pinned iterators
+        and snapshots and closes RocksDB."""
+        cdef CStatus st
+        cdef CStateDB* db = self._db.get()
+        if not self._closing or db == NULL:
+            return
         try:
-            db.CancelPinned()  # running snapshot writes stop at their next check
             while self._inflight > 0:
                 with nogil:
                     usleep(100)
             with nogil:
-                st = db.Close()  # frees pinned iterators and snapshots, then RocksDB
+                st = db.Close()
             self._db.reset()
         finally:
             self._closing = False
         check_status(st)
+
+    def _native_wait_closed(self):
+        """Returns once a close begun by another thread has finished."""
+        while self._closing:
+            with nogil:
+                usleep(1000)
 
     cdef inline CStateDB* _enter(self) except NULL:
         """The database for a call that releases the GIL; pair with _leave() and let nothing

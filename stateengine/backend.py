@@ -6,13 +6,15 @@ space, as in Flink: state survives through snapshots and checkpoints, never thro
 directory, which is why the write-ahead log is off.
 
 A backend is used by one thread at a time (like a Flink task); snapshots run their
-asynchronous part on another thread without touching the current key.
+asynchronous part on another thread without touching the current key. Other threads may still
+call it, and may close it while calls run: see "Thread model" in the README.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from typing import Any, Iterator
 
@@ -89,6 +91,9 @@ class KeyedStateBackend(_native.NativeBackend):
     def _setup(self, path: str | os.PathLike, max_parallelism: int,
                key_group_range: KeyGroupRange | None, key_type: Any,
                cf_metas: list[dict], require_empty: bool = True) -> None:
+        # Held from a snapshot's or checkpoint's sync part until it is tracked, and by close()
+        # while it refuses further calls: close() then waits for every tracked one.
+        self._lifecycle = threading.Lock()
         self._max_parallelism = check_max_parallelism(max_parallelism)
         # `is None`, not `or`: an empty range has len() 0 and must stay empty, not become all
         kgr = KeyGroupRange.all(max_parallelism) if key_group_range is None else key_group_range
@@ -272,8 +277,10 @@ class KeyedStateBackend(_native.NativeBackend):
                  compress: bool = True) -> AsyncSnapshot[FullSnapshotHandle]:
         """Starts a full snapshot (savepoint layout) to ``name`` under ``target`` (a directory
         or URI). Writes after this call returns are not in it; ``result()`` gives the handle."""
-        self.timer_service._return_in_flight()
-        return take_full_snapshot(self, as_storage(target), name, compress)
+        storage = as_storage(target)
+        with self._lifecycle:
+            self.timer_service._return_in_flight()
+            return take_full_snapshot(self, storage, name, compress)
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
                    private_dir: str | None = None, manifest_path: str | None = None,
@@ -285,9 +292,11 @@ class KeyedStateBackend(_native.NativeBackend):
         into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
         private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
                                   f"{uuid.uuid4().hex[:12]}")
-        self.timer_service._return_in_flight()
-        return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
-                                             manifest_path, shared_dir, extra)
+        storage = as_storage(target)
+        with self._lifecycle:
+            self.timer_service._return_in_flight()
+            return self._checkpointer.checkpoint(checkpoint_id, storage, private, manifest_path,
+                                                 shared_dir, extra)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms checkpoint ``checkpoint_id`` (see IncrementalCheckpointer)."""
@@ -343,11 +352,18 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def close(self) -> None:
         """Cancels running snapshots, then closes RocksDB; every later call on the backend or
-        its handles raises BackendClosedError. The working directory stays (see ``dispose``)."""
-        if self.closed:
+        its handles raises BackendClosedError. Calls running on other threads finish first (or
+        raise BackendClosedError at their next step); a second close() waits for the first.
+        The working directory stays (see ``dispose``)."""
+        with self._lifecycle:
+            began = self._native_begin_close()
+        if not began:
+            self._native_wait_closed()
             return
-        self._wait_pending(cancel=True)
-        self._native_close()
+        try:
+            self._wait_pending(cancel=True)
+        finally:
+            self._native_finish_close()
 
     def dispose(self) -> None:
         """Closes the backend and deletes its working directory."""
