@@ -2,6 +2,7 @@
 #include "status_guard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -89,11 +90,15 @@ int RowBytes(const ColumnView& c, size_t row, rocksdb::Slice* out, std::string* 
   }
 }
 
-void PutF32(double d, std::string* out) {
+// A finite double beyond float32's range is refused (as the scalar encoder does), not stored
+// as infinity; infinities and NaN given as such are kept.
+int PutF32(double d, std::string* out) {
   const float f = static_cast<float>(d);
+  if (std::isinf(f) && std::isfinite(d)) return kBatchValueOutOfRange;
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   PutBE32(out, bits);
+  return kBatchOk;
 }
 
 int EncodeInt(int64_t v, Codec codec, std::string* out) {
@@ -115,8 +120,7 @@ int EncodeInt(int64_t v, Codec codec, std::string* out) {
       PutBE64(out, DoubleBits(static_cast<double>(v)));
       return kBatchOk;
     case kF32:
-      PutF32(static_cast<double>(v), out);
-      return kBatchOk;
+      return PutF32(static_cast<double>(v), out);
     case kOrdI64:
       PutBE64(out, OrderedI64(v));
       return kBatchOk;
@@ -135,8 +139,7 @@ int EncodeDouble(double d, Codec codec, bool is_key, std::string* out) {
       PutBE64(out, DoubleBits(d));
       return kBatchOk;
     case kF32:
-      PutF32(d, out);
-      return kBatchOk;
+      return PutF32(d, out);
     case kAny:
       out->push_back(static_cast<char>(kTagFloat));
       PutBE64(out, DoubleBits(d));

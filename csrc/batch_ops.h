@@ -51,7 +51,7 @@ struct ColumnView {
 enum BatchErrorCode : int {
   kBatchOk = 0,
   kBatchKeyGroupOutOfRange = 1,  // row's key belongs to a key group outside the backend's range
-  kBatchValueOutOfRange = 2,     // a number does not fit its codec (int outside 32 bits)
+  kBatchValueOutOfRange = 2,     // a number does not fit its codec (32-bit int or float)
   kBatchInvalidText = 3,         // a UCS-4 row holds a surrogate or a code point past U+10FFFF
   kBatchUnsupported = 4,         // this column kind cannot be encoded by this codec
   kBatchBadKey = 5,              // an encoded key does not parse under the key schema

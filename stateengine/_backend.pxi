@@ -250,7 +250,7 @@ cdef class NativeBackend:
             CPutBE64(&self._keybuf, <uint64_t>i)
             h = CSparkHashLong(i, kSparkHashSeed)
         elif self._single_str and type(key) is str:
-            p = PyUnicode_AsUTF8AndSize(key, &n)
+            p = _utf8(key, &n, _KeyTypeError)
             CPutVarint(&self._keybuf, <uint64_t>n)
             self._keybuf.append(p, <size_t>n)
             h = CSparkHashBytes(p, <size_t>n, kSparkHashSeed)
@@ -270,6 +270,12 @@ cdef class NativeBackend:
         self._current_key = key
 
     cdef int _encode_key(self, object key, string* out) except -1:
+        try:
+            return self._encode_key_columns(key, out)
+        except _SerializationError as e:  # text without a UTF-8 encoding
+            raise _KeyTypeError(f"key {key!r:.80} cannot be a key: {e}") from None
+
+    cdef int _encode_key_columns(self, object key, string* out) except -1:
         cdef const vector[CCodec]* cols = &self._schema.columns()
         cdef size_t i
         if self._key_is_tuple:

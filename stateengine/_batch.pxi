@@ -157,7 +157,10 @@ cdef _Column _typed_column(object src):
             if col.view.text:
                 if type(item) is not str:
                     return None
-                p = PyUnicode_AsUTF8AndSize(item, &size)
+                p = _AsUTF8AndSize(item, &size)
+                if p == NULL:  # a lone surrogate: the per-row encoders raise the right error
+                    PyErr_Clear()
+                    return None
             else:
                 if type(item) is not bytes:
                     return None
@@ -307,8 +310,10 @@ cdef int _raise_batch_error(NativeState s, const CBatchError& err, object keys, 
             f"serializer")
     exc = _KeyTypeError if where == "key" else _SerializationError
     if err.code == kBatchValueOutOfRange:
-        raise exc(f"{where} {what!r:.80} (row {row}) does not fit the 32-bit 'int' serializer; "
-                  f"nothing was written")
+        codec = (be._schema.columns()[0] if where == "key" else
+                 (<NativeMapState>s)._uk_codec if where == "user key" else s._value_codec)
+        raise exc(f"{where} {what!r:.80} (row {row}) does not fit the 32-bit "
+                  f"'{_codec_name(codec)}' serializer; nothing was written")
     if err.code == kBatchInvalidText:
         raise exc(f"{where} {what!r:.80} (row {row}) is not valid Unicode text; nothing was "
                   f"written")
