@@ -210,6 +210,14 @@ cdef class NativeBackend:
 
     def _native_set_key_codecs(self, tuple codecs, bint is_tuple):
         cdef vector[CCodec] cols
+        if self._has_schema:
+            # Set once: batch calls on other threads read the schema without the GIL. Two
+            # threads may both see a backend without keys and infer the same schema.
+            if codecs == self._key_codecs and is_tuple == self._key_is_tuple:
+                return
+            raise _KeyTypeError(
+                f"the backend's keys are already ({', '.join(_codec_name(c) for c in self._key_codecs)}); "
+                f"they cannot change to ({', '.join(_codec_name(c) for c in codecs)})")
         for c in codecs:
             cols.push_back(<CCodec><int>c)
         self._schema = CKeySchema(cols)

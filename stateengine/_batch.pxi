@@ -56,6 +56,7 @@ cdef class _Batch:
     cdef CBatchValues vals
     cdef Py_ssize_t n
     cdef object keys
+    cdef string ns  # the handle's namespace, copied: another thread may change the handle's
 
 
 # ---- turning user input into columns ------------------------------------------------------
@@ -350,7 +351,8 @@ cdef _Batch _build(NativeState s, object keys, object user_keys, CCodec uk_codec
     target.max_parallelism = be._max_parallelism
     target.kg_start = be._kg_start
     target.kg_end = be._kg_end
-    target.ns = &s._ns
+    b.ns = s._ns
+    target.ns = &b.ns
     target.ns_variable = s._ns_variable
     with nogil:
         ok = b.kb.Build(target, kcol.view, uview, uk_codec, &err)

@@ -23,7 +23,6 @@ cdef class NativeState:
     cdef object _namespace
     cdef string _val
     cdef string _scratch_ns
-    cdef CPinnableSlice _pin
     cdef readonly object descriptor
     cdef readonly str name
 
@@ -79,18 +78,22 @@ cdef class NativeState:
 
     # The non-waiting call holds the GIL from the caller's closed check (in _key()) to its
     # end, so close() cannot run meanwhile; the blocking retry releases the GIL and is fenced
-    # (_enter/_leave, see _backend.pxi).
+    # (_enter/_leave, see _backend.pxi). The retry first copies the key and value: they live
+    # in buffers of the backend and the handle, which another thread may rewrite while this
+    # one is inside RocksDB. Values are read into a pin of the caller's own, for the same
+    # reason.
 
-    cdef int _get(self, const string* key) except -1:
-        """Looks key up into self._pin; 1 if found, 0 if not."""
+    cdef int _get(self, const string* key, CPinnableSlice* pin) except -1:
+        """Looks key up into pin; 1 if found, 0 if not."""
         cdef NativeBackend be = self._backend
         cdef CStateDB* db = be._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
-        cdef CStatus st = db.GetNoWait(self._cf, k, &self._pin)
+        cdef CStatus st = db.GetNoWait(self._cf, CSlice(key.data(), key.size()), pin)
+        cdef string k
         if st.IsIncomplete():
+            k = key[0]
             db = be._enter()
             with nogil:
-                st = db.Get(self._cf, k, &self._pin)
+                st = db.Get(self._cf, CSlice(k), pin)
             be._leave()
         if st.ok():
             return 1
@@ -100,42 +103,47 @@ cdef class NativeState:
 
     cdef int _put(self, const string* key, const string* value) except -1:
         cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
-        cdef CSlice v = CSlice(value.data(), value.size())
         cdef CStatus st
+        cdef string k, v
         self._backend.check_writable()
-        st = db.PutNoWait(self._cf, k, v)
+        st = db.PutNoWait(self._cf, CSlice(key.data(), key.size()),
+                          CSlice(value.data(), value.size()))
         if st.IsIncomplete():
+            k = key[0]
+            v = value[0]
             db = self._backend._enter()
             with nogil:
-                st = db.Put(self._cf, k, v)
+                st = db.Put(self._cf, CSlice(k), CSlice(v))
             self._backend._leave()
         return check_status(st)
 
     cdef int _merge(self, const string* key, const string* value) except -1:
         cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
-        cdef CSlice v = CSlice(value.data(), value.size())
         cdef CStatus st
+        cdef string k, v
         self._backend.check_writable()
-        st = db.MergeNoWait(self._cf, k, v)
+        st = db.MergeNoWait(self._cf, CSlice(key.data(), key.size()),
+                            CSlice(value.data(), value.size()))
         if st.IsIncomplete():
+            k = key[0]
+            v = value[0]
             db = self._backend._enter()
             with nogil:
-                st = db.Merge(self._cf, k, v)
+                st = db.Merge(self._cf, CSlice(k), CSlice(v))
             self._backend._leave()
         return check_status(st)
 
     cdef int _delete(self, const string* key) except -1:
         cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
         cdef CStatus st
+        cdef string k
         self._backend.check_writable()
-        st = db.DeleteNoWait(self._cf, k)
+        st = db.DeleteNoWait(self._cf, CSlice(key.data(), key.size()))
         if st.IsIncomplete():
+            k = key[0]
             db = self._backend._enter()
             with nogil:
-                st = db.Delete(self._cf, k)
+                st = db.Delete(self._cf, CSlice(k))
             self._backend._leave()
         return check_status(st)
 
@@ -145,8 +153,9 @@ cdef class NativeState:
 
     # Raw access in any namespace of the current key; namespace merging is built on these.
     def _raw_get_in(self, namespace=_CURRENT):
-        if self._get(self._key_in(namespace)):
-            return PyBytes_FromStringAndSize(self._pin.data(), <Py_ssize_t>self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._key_in(namespace), &pin):
+            return PyBytes_FromStringAndSize(pin.data(), <Py_ssize_t>pin.size())
         return None
 
     def _raw_put_in(self, bytes value, namespace=_CURRENT):
@@ -180,8 +189,9 @@ cdef class NativeValueState(NativeState):
 
     def value(self):
         """The value of the current key and namespace, or the descriptor's default."""
-        if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            return decode_whole(self._value_codec, pin.data(), pin.size())
         return _deepcopy(self._default) if self._copy_default else self._default
 
     def update(self, value) -> None:
@@ -233,8 +243,9 @@ cdef class NativeListState(NativeState):
 
     def get(self) -> list:
         """The elements of the current key and namespace ([] if none)."""
-        if self._get(self._key()):
-            return decode_list(self._value_codec, self._pin.data(), self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            return decode_list(self._value_codec, pin.data(), pin.size())
         return []
 
     def add(self, value) -> None:
@@ -311,13 +322,15 @@ cdef class NativeReducingState(NativeState):
 
     def get(self):
         """The reduced value of the current key and namespace, or None."""
-        if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            return decode_whole(self._value_codec, pin.data(), pin.size())
         return None
 
     def add(self, value) -> None:
         """Folds value into the state: a merge for native reducers, else read-modify-write."""
         cdef const string* key
+        cdef CPinnableSlice pin
         if value is None:
             raise _NullElementError(f"reducing state '{self.name}' does not accept None")
         self._val.clear()
@@ -326,8 +339,8 @@ cdef class NativeReducingState(NativeState):
             self._merge(self._key(), &self._val)
             return
         key = self._key()
-        if self._get(key):
-            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        if self._get(key, &pin):
+            current = decode_whole(self._value_codec, pin.data(), pin.size())
             value = self._reduce(current, value)
             key = self._key()  # the reduce function may have touched other state
         encode_value(self._value_codec, value, &self._val)
@@ -349,13 +362,15 @@ cdef class NativeAggregatingState(NativeState):
 
     def get(self):
         """The aggregate's result for the current key and namespace, or None."""
-        if self._get(self._key()):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            acc = decode_whole(self._value_codec, pin.data(), pin.size())
             return self._fn.get_result(acc)
         return None
 
     def add(self, value) -> None:
         cdef const string* key
+        cdef CPinnableSlice pin
         if value is None:
             raise _NullElementError(f"aggregating state '{self.name}' does not accept None")
         self._val.clear()
@@ -364,8 +379,8 @@ cdef class NativeAggregatingState(NativeState):
             self._merge(self._key(), &self._val)
             return
         key = self._key()
-        if self._get(key):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size())
+        if self._get(key, &pin):
+            acc = decode_whole(self._value_codec, pin.data(), pin.size())
         else:
             acc = self._fn.create_accumulator()
         acc = self._fn.add(value, acc)
@@ -423,8 +438,9 @@ cdef class NativeMapState(NativeState):
 
     def get(self, user_key):
         """The value under user_key, or None."""
-        if self._get(self._entry_key(user_key)):
-            return _decode_map_value(self._value_codec, self._pin.data(), self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._entry_key(user_key), &pin):
+            return _decode_map_value(self._value_codec, pin.data(), pin.size())
         return None
 
     def put(self, user_key, value) -> None:
@@ -455,7 +471,8 @@ cdef class NativeMapState(NativeState):
         check_status(st)
 
     def contains(self, user_key) -> bool:
-        return self._get(self._entry_key(user_key)) == 1
+        cdef CPinnableSlice pin
+        return self._get(self._entry_key(user_key), &pin) == 1
 
     def remove(self, user_key) -> None:
         self._delete(self._entry_key(user_key))
