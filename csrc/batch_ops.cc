@@ -553,7 +553,9 @@ rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
       } else {
         for (size_t i = start[g]; i < start[g + 1]; ++i) {
           Number n;
-          if (!RowNumber(values, order[i], codec, &n)) return Invalid(err, kBatchUnsupported, order[i]);
+          if (!RowNumber(values, order[i], codec, &n)) {
+            return Invalid(err, kBatchUnsupported, order[i]);
+          }
           acc = i == start[g] ? n : CombineNumbers(op, acc, n);
         }
       }

@@ -49,52 +49,61 @@ rocksdb::Status ForEachGroupHead(StateDB* db, int cf, int prefix_bytes, int32_t 
 
 }  // namespace
 
+namespace {
+
+rocksdb::Status PopDue(StateDB* db, int cf, int prefix_bytes, int32_t kg_start, int32_t kg_end,
+                       int64_t max_timestamp, size_t limit, std::vector<std::string>* keys) {
+  const uint64_t max_ordered = OrderedI64(max_timestamp);
+  const size_t head = static_cast<size_t>(prefix_bytes) + 8;
+  auto collect = [&](rocksdb::Iterator* it, const std::string& prefix) {
+    for (; it->Valid(); it->Next()) {
+      const rocksdb::Slice k = it->key();
+      if (k.size() < head || std::memcmp(k.data(), prefix.data(), prefix.size()) != 0) break;
+      if (GetBE64(k.data() + prefix_bytes) > max_ordered) break;
+      keys->emplace_back(k.data(), k.size());
+    }
+    return true;
+  };
+  rocksdb::Status st = ForEachGroupHead(db, cf, prefix_bytes, kg_start, kg_end, collect);
+  if (!st.ok()) return st;
+  std::sort(keys->begin(), keys->end(),
+            [prefix_bytes](const std::string& a, const std::string& b) {
+              return TimeOrder(a, b, prefix_bytes);
+            });
+  if (limit != 0 && keys->size() > limit) keys->resize(limit);
+  if (keys->empty()) return rocksdb::Status::OK();
+  rocksdb::WriteBatch batch;
+  for (const auto& k : *keys) {
+    if (!(st = batch.Delete(db->handle(cf), k)).ok()) return st;
+  }
+  return db->Write(&batch);
+}
+
+}  // namespace
+
 rocksdb::Status PopDueTimers(StateDB* db, int cf, int prefix_bytes, int32_t kg_start,
                              int32_t kg_end, int64_t max_timestamp, size_t limit,
                              std::vector<std::string>* keys) {
-  return GuardStatus("firing timers", [&]() -> rocksdb::Status {
-    const uint64_t max_ordered = OrderedI64(max_timestamp);
-    const size_t head = static_cast<size_t>(prefix_bytes) + 8;
-    rocksdb::Status st = ForEachGroupHead(
-        db, cf, prefix_bytes, kg_start, kg_end, [&](rocksdb::Iterator* it, const std::string& prefix) {
-          for (; it->Valid(); it->Next()) {
-            const rocksdb::Slice k = it->key();
-            if (k.size() < head || std::memcmp(k.data(), prefix.data(), prefix.size()) != 0) break;
-            if (GetBE64(k.data() + prefix_bytes) > max_ordered) break;
-            keys->emplace_back(k.data(), k.size());
-          }
-          return true;
-        });
-    if (!st.ok()) return st;
-    std::sort(keys->begin(), keys->end(), [prefix_bytes](const std::string& a, const std::string& b) {
-      return TimeOrder(a, b, prefix_bytes);
-    });
-    if (limit != 0 && keys->size() > limit) keys->resize(limit);
-    if (keys->empty()) return rocksdb::Status::OK();
-    rocksdb::WriteBatch batch;
-    for (const auto& k : *keys) {
-      if (!(st = batch.Delete(db->handle(cf), k)).ok()) return st;
-    }
-    return db->Write(&batch);
+  // The due timers of a range are read into memory: as many as stored, so guarded.
+  return GuardStatus("firing timers", [&] {
+    return PopDue(db, cf, prefix_bytes, kg_start, kg_end, max_timestamp, limit, keys);
   });
 }
 
 rocksdb::Status NextTimerTimestamp(StateDB* db, int cf, int prefix_bytes, int32_t kg_start,
                                    int32_t kg_end, bool* found, int64_t* timestamp) {
-  return GuardStatus("finding the next timer", [&]() -> rocksdb::Status {
-    *found = false;
-    const size_t head = static_cast<size_t>(prefix_bytes) + 8;
-    return ForEachGroupHead(
-        db, cf, prefix_bytes, kg_start, kg_end, [&](rocksdb::Iterator* it, const std::string& prefix) {
-          if (it->Valid() && it->key().size() >= head &&
-              std::memcmp(it->key().data(), prefix.data(), prefix.size()) == 0) {
-            const int64_t ts = FromOrderedI64(GetBE64(it->key().data() + prefix_bytes));
-            if (!*found || ts < *timestamp) *timestamp = ts;
-            *found = true;
-          }
-          return true;
-        });
-  });
+  *found = false;
+  const size_t head = static_cast<size_t>(prefix_bytes) + 8;
+  auto earliest = [&](rocksdb::Iterator* it, const std::string& prefix) {
+    if (it->Valid() && it->key().size() >= head &&
+        std::memcmp(it->key().data(), prefix.data(), prefix.size()) == 0) {
+      const int64_t ts = FromOrderedI64(GetBE64(it->key().data() + prefix_bytes));
+      if (!*found || ts < *timestamp) *timestamp = ts;
+      *found = true;
+    }
+    return true;
+  };
+  return ForEachGroupHead(db, cf, prefix_bytes, kg_start, kg_end, earliest);
 }
 
 }  // namespace stateengine

@@ -215,9 +215,9 @@ cdef class NativeBackend:
             # threads may both see a backend without keys and infer the same schema.
             if codecs == self._key_codecs and is_tuple == self._key_is_tuple:
                 return
-            raise _KeyTypeError(
-                f"the backend's keys are already ({', '.join(_codec_name(c) for c in self._key_codecs)}); "
-                f"they cannot change to ({', '.join(_codec_name(c) for c in codecs)})")
+            have = ", ".join(_codec_name(c) for c in self._key_codecs)
+            want = ", ".join(_codec_name(c) for c in codecs)
+            raise _KeyTypeError(f"the backend's keys are ({have}); they cannot become ({want})")
         for c in codecs:
             cols.push_back(<CCodec><int>c)
         self._schema = CKeySchema(cols)

@@ -150,7 +150,7 @@ class KeyedStateBackend(_native.NativeBackend):
     @property
     def state_names(self) -> list[str]:
         """Every keyed state this backend holds: registered now or restored from a snapshot."""
-        return [n for n in self._cf_index if not n.startswith("__")]
+        return [n for n in list(self._cf_index) if not n.startswith("__")]  # one atomic copy
 
     def state_meta(self, name: str) -> dict:
         meta = self._cf_metas.get(name)
@@ -167,8 +167,8 @@ class KeyedStateBackend(_native.NativeBackend):
         if cf is None:
             full = dict(meta, name=name)
             cf = self._native_create_cf(*_cf_spec(full))
+            self._cf_metas[name] = full  # meta before index: snapshots list the index
             self._cf_index[name] = cf
-            self._cf_metas[name] = full
         return cf
 
     def _ensure_cf(self, meta: dict, source: str) -> int:
@@ -182,8 +182,8 @@ class KeyedStateBackend(_native.NativeBackend):
                 raise IncompatibleStateError(f"{source}: {conflict}")
             return self._cf_index[name]
         cf = self._native_create_cf(*_cf_spec(meta))
+        self._cf_metas[name] = dict(meta)  # meta before index: snapshots list the index
         self._cf_index[name] = cf
-        self._cf_metas[name] = dict(meta)
         return cf
 
     def _check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
@@ -223,7 +223,8 @@ class KeyedStateBackend(_native.NativeBackend):
         cf = self._cf_index.get(name)
         if cf is None:
             cf = self._native_create_cf(*_cf_spec(want))
-            self._cf_index[name] = cf
+            self._cf_metas[name] = want  # before the index: a snapshot on another thread
+            self._cf_index[name] = cf  # lists the index, then reads each meta
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
