@@ -1,5 +1,4 @@
 #include "batch_ops.h"
-#include "status_guard.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 
 #include "composite_key.h"
 #include "keygroups.h"
+#include "status_guard.h"
 
 namespace stateengine {
 namespace {

@@ -1,11 +1,11 @@
 #include "checkpoint.h"
-#include "status_guard.h"
 
 #include <memory>
 
 #include <rocksdb/utilities/checkpoint.h>
 
 #include "keygroups.h"
+#include "status_guard.h"
 
 namespace stateengine {
 rocksdb::Status CreateCheckpoint(StateDB* db, const std::string& dir) {

@@ -1,5 +1,4 @@
 #include "db.h"
-#include "status_guard.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +8,7 @@
 #include <rocksdb/table.h>
 
 #include "scratch_fs.h"
+#include "status_guard.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -352,18 +352,16 @@ rocksdb::Status StateDB::Scan(int cf, const std::string& lower, const std::strin
 
 rocksdb::Status StateDB::Count(int cf, const std::string& lower, const std::string& upper,
                                uint64_t* count) {
-  return GuardStatus("counting", [&]() -> rocksdb::Status {
-    rocksdb::ReadOptions ro;
-    rocksdb::Slice lower_slice(lower), upper_slice(upper);
-    ro.iterate_lower_bound = &lower_slice;
-    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
-    ro.fill_cache = false;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handle(cf)));
-    uint64_t n = 0;
-    for (it->Seek(lower_slice); it->Valid(); it->Next()) ++n;
-    *count = n;
-    return it->status();
-  });
+  rocksdb::ReadOptions ro;
+  rocksdb::Slice lower_slice(lower), upper_slice(upper);
+  ro.iterate_lower_bound = &lower_slice;
+  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handle(cf)));
+  uint64_t n = 0;
+  for (it->Seek(lower_slice); it->Valid(); it->Next()) ++n;
+  *count = n;
+  return it->status();
 }
 
 rocksdb::Status StateDB::Flush() {

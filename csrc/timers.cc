@@ -1,5 +1,4 @@
 #include "timers.h"
-#include "status_guard.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,6 +8,7 @@
 
 #include "codec.h"
 #include "keygroups.h"
+#include "status_guard.h"
 
 namespace stateengine {
 namespace {

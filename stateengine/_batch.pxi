@@ -56,7 +56,7 @@ cdef class _Batch:
     cdef CBatchValues vals
     cdef Py_ssize_t n
     cdef object keys
-    cdef string ns  # the handle's namespace, copied: another thread may change the handle's
+    cdef string ns  # a copy of the handle's namespace, which another thread may replace
 
 
 # ---- turning user input into columns ------------------------------------------------------

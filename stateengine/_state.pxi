@@ -12,6 +12,12 @@ cdef tuple _IMMUTABLE_TYPES = (int, float, str, bytes, bool, type(None), frozens
 # Namespaced raw helpers use this sentinel to mean "the handle's current namespace".
 cdef object _CURRENT = object()
 
+cdef enum:  # what NativeState._blocking repeats
+    OP_GET = 0
+    OP_PUT = 1
+    OP_MERGE = 2
+    OP_DELETE = 3
+
 
 cdef class NativeState:
     cdef NativeBackend _backend
@@ -85,16 +91,10 @@ cdef class NativeState:
 
     cdef int _get(self, const string* key, CPinnableSlice* pin) except -1:
         """Looks key up into pin; 1 if found, 0 if not."""
-        cdef NativeBackend be = self._backend
-        cdef CStateDB* db = be._db.get()
-        cdef CStatus st = db.GetNoWait(self._cf, CSlice(key.data(), key.size()), pin)
-        cdef string k
+        cdef CStatus st = self._backend._db.get().GetNoWait(
+            self._cf, CSlice(key.data(), key.size()), pin)
         if st.IsIncomplete():
-            k = key[0]
-            db = be._enter()
-            with nogil:
-                st = db.Get(self._cf, CSlice(k), pin)
-            be._leave()
+            st = self._blocking(OP_GET, key[0], b"", pin)
         if st.ok():
             return 1
         if st.IsNotFound():
@@ -102,50 +102,47 @@ cdef class NativeState:
         return check_status(st)
 
     cdef int _put(self, const string* key, const string* value) except -1:
-        cdef CStateDB* db = self._backend._db.get()
         cdef CStatus st
-        cdef string k, v
         self._backend.check_writable()
-        st = db.PutNoWait(self._cf, CSlice(key.data(), key.size()),
-                          CSlice(value.data(), value.size()))
+        st = self._backend._db.get().PutNoWait(self._cf, CSlice(key.data(), key.size()),
+                                               CSlice(value.data(), value.size()))
         if st.IsIncomplete():
-            k = key[0]
-            v = value[0]
-            db = self._backend._enter()
-            with nogil:
-                st = db.Put(self._cf, CSlice(k), CSlice(v))
-            self._backend._leave()
+            st = self._blocking(OP_PUT, key[0], value[0], NULL)
         return check_status(st)
 
     cdef int _merge(self, const string* key, const string* value) except -1:
-        cdef CStateDB* db = self._backend._db.get()
         cdef CStatus st
-        cdef string k, v
         self._backend.check_writable()
-        st = db.MergeNoWait(self._cf, CSlice(key.data(), key.size()),
-                            CSlice(value.data(), value.size()))
+        st = self._backend._db.get().MergeNoWait(self._cf, CSlice(key.data(), key.size()),
+                                                 CSlice(value.data(), value.size()))
         if st.IsIncomplete():
-            k = key[0]
-            v = value[0]
-            db = self._backend._enter()
-            with nogil:
-                st = db.Merge(self._cf, CSlice(k), CSlice(v))
-            self._backend._leave()
+            st = self._blocking(OP_MERGE, key[0], value[0], NULL)
         return check_status(st)
 
     cdef int _delete(self, const string* key) except -1:
-        cdef CStateDB* db = self._backend._db.get()
         cdef CStatus st
-        cdef string k
         self._backend.check_writable()
-        st = db.DeleteNoWait(self._cf, CSlice(key.data(), key.size()))
+        st = self._backend._db.get().DeleteNoWait(self._cf, CSlice(key.data(), key.size()))
         if st.IsIncomplete():
-            k = key[0]
-            db = self._backend._enter()
-            with nogil:
-                st = db.Delete(self._cf, CSlice(k))
-            self._backend._leave()
+            st = self._blocking(OP_DELETE, key[0], b"", NULL)
         return check_status(st)
+
+    cdef CStatus _blocking(self, int op, string key, string value, CPinnableSlice* pin):
+        """The call repeated with the GIL released, fenced against close(), on copies of key
+        and value (taken as arguments by value)."""
+        cdef CStatus st
+        cdef CStateDB* db = self._backend._enter()
+        with nogil:
+            if op == OP_GET:
+                st = db.Get(self._cf, CSlice(key), pin)
+            elif op == OP_PUT:
+                st = db.Put(self._cf, CSlice(key), CSlice(value))
+            elif op == OP_MERGE:
+                st = db.Merge(self._cf, CSlice(key), CSlice(value))
+            else:
+                st = db.Delete(self._cf, CSlice(key))
+        self._backend._leave()
+        return st
 
     def clear(self) -> None:
         """Removes the value of the current key and namespace."""
