@@ -89,9 +89,9 @@ def worker_ops(backend, h, rng: random.Random, root: str, ident: int, counter) -
     def keys():
         return KEYS[rng.randrange(0, 1500):][:rng.randrange(1, 500)]
 
-    def scan_partly(it, sleep=True):
+    def scan_partly(it):
         for i, _ in enumerate(it):
-            if sleep and i == 3:
+            if i == 3:
                 time.sleep(rng.random() * 0.002)  # an open iterator when close() comes
             if i > 50:
                 break
