@@ -60,7 +60,7 @@ def test_hash_routing_values_land_on_their_partition_under_spark_hash(spark, n):
     assert len(values) == n and len(set(values)) == n
     got = (spark.createDataFrame(pd.DataFrame({"p": np.arange(n, dtype="int32"),
                                                "r": np.array(values, dtype="int32")}))
-           .selectExpr("p", f"pmod(hash(r), {n}) AS spark_p").toPandas())
+           .selectExpr("p", f"pmod(hash(CAST(r AS INT)), {n}) AS spark_p").toPandas())
     assert (got["p"] == got["spark_p"]).all(), got[got["p"] != got["spark_p"]].head()
 
 
