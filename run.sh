@@ -124,7 +124,10 @@ SPARK35_REQS=("pyspark==3.5.*" "numpy>=1.26,<2" "pandas>=2.0,<2.3" "pyarrow>=15,
 # most and cover no Spark-version behaviour: Spark Connect (3.5's package ships no Connect
 # server) and the standalone cluster (it builds the wheel and starts three JVMs; packaging
 # does not depend on the Spark version).
-SPARK35_TESTS=(tests/test_spark_*.py tests/test_demo.py -m "not cluster and not connect")
+# (-p no:warnings: Spark 3.5's own calls of deprecated pandas and distutils APIs warn hundreds
+# of times.)
+SPARK35_TESTS=(tests/test_spark_*.py tests/test_demo.py -m "not cluster and not connect"
+               -p no:warnings)
 spark35() {
     local py="$SPARK35_VENV/bin/python" stamp="$SPARK35_VENV/.stateengine-reqs"
     if [ ! -x "$py" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${SPARK35_REQS[*]}" ]; then

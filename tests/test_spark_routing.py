@@ -108,3 +108,13 @@ def test_key_codecs_follow_spark_types(spark):
     arr = spark.createDataFrame([([1],)], "xs array<int>")
     with pytest.raises(Exception, match="key columns must be"):
         key_codecs_for(arr, ["xs"])
+
+
+def test_partition_counts_are_checked_and_numpy_ints_accepted(spark):
+    df = spark.range(20).select(F.col("id").alias("k"))
+    for bad in (0, 129, True, 2.0):
+        with pytest.raises(ValueError, match="must be an int in"):
+            route(df, "k", bad, 128)
+    parts = route(df, "k", np.int64(3), 128, method="hash").selectExpr(
+        "spark_partition_id() AS part", KG_COL).collect()
+    assert all(r.part == operator_for_key_group(r[KG_COL], 3, 128) for r in parts)

@@ -151,8 +151,9 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     key). After all keys, event-time timers up to ``watermark`` and processing-time timers up
     to ``processing_time`` fire through ``on_timer(key, timer, ctx)`` (only when ``on_timer``
     is given). State lives in ``checkpoint`` (a directory or URI every executor can reach) under
-    ``operator_id``; ``num_partitions`` may change between batches (state is redistributed by
-    key group) but ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
+    ``operator_id``; ``num_partitions`` (default: ``spark.sql.shuffle.partitions`` capped at
+    ``max_parallelism``) may change between batches (state is redistributed by key group) but
+    ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
     worker's budget; ``bottommost_bloom_filters`` keeps Bloom filters on every level, for
     states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
     """

@@ -24,6 +24,7 @@ process.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any, Sequence
 
 from pyspark.sql import DataFrame
@@ -92,19 +93,21 @@ def default_num_partitions(spark: Any, max_parallelism: int) -> int:
     return max(1, min(n, check_max_parallelism(max_parallelism)))
 
 
-def _check_partitions(num_partitions: int, max_parallelism: int) -> None:
+def _check_partitions(num_partitions: int, max_parallelism: int) -> int:
+    """num_partitions as a Python int (numpy ints too; Spark's calls want int itself)."""
     check_max_parallelism(max_parallelism)
-    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or \
+    if isinstance(num_partitions, bool) or not isinstance(num_partitions, numbers.Integral) or \
             not 1 <= num_partitions <= max_parallelism:
         raise ValueError(f"num_partitions {num_partitions!r} must be an int in [1, "
                          f"max_parallelism={max_parallelism}]")
+    return int(num_partitions)
 
 
 def with_routing_columns(df: DataFrame, key: str | Sequence[str], num_partitions: int,
                          max_parallelism: int) -> DataFrame:
     """Adds ``__se_kg`` = pmod(hash(keys), maxP) and ``__se_pid`` = kg * N div maxP."""
     cols = key_columns(key)
-    _check_partitions(num_partitions, max_parallelism)
+    num_partitions = _check_partitions(num_partitions, max_parallelism)
     hashed = f"hash({', '.join(quote(c) for c in cols)})"
     return (df.drop(*INTERNAL_COLS)
               .selectExpr("*", f"pmod({hashed}, {max_parallelism}) AS {KG_COL}")
@@ -153,6 +156,7 @@ def route(df: DataFrame, key: str | Sequence[str], num_partitions: int,
     picks the placement ("auto": ``repartitionById`` where available, else the hash route).
     """
     how = routing_method(df, method)
+    num_partitions = _check_partitions(num_partitions, max_parallelism)
     routed = with_routing_columns(df, key, num_partitions, max_parallelism)
     if how == "by_id":
         return routed.repartitionById(num_partitions, PID_COL)
