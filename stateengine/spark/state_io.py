@@ -28,7 +28,8 @@ from ..descriptors import StateDescriptor, StateKind
 from ..errors import UnknownStateError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec
-from .routing import check_no_null_keys, key_codecs_for, key_columns, route
+from .routing import check_no_null_keys, check_partition, default_num_partitions, \
+    key_codecs_for, key_columns, route
 from .runtime import TaskConfig, guarded
 
 _SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
@@ -151,7 +152,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
     """
     cols = key_columns(key)
     extra = [c for c in (value, user_key, namespace) if c]
-    n = num_partitions or min(max_parallelism, df.sparkSession.sparkContext.defaultParallelism)
+    n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
     cfg = TaskConfig(checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id,
                      num_partitions=n, max_parallelism=max_parallelism, key_cols=cols,
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
@@ -169,6 +170,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
         for pdf in batches:
             if not len(pdf):
                 continue
+            check_partition(pdf, task.partition_id)
             check_no_null_keys(pdf, cols)
             keys = list(zip(*[pdf[c].tolist() for c in cols])) if len(cols) > 1 else pdf[cols[0]].tolist()
             values = pdf[value].tolist()
