@@ -26,9 +26,33 @@ CODEC_NAMES = {
 }
 
 
+cdef extern from "Python.h":
+    # The C-API call without Cython's error check: NULL (a UnicodeEncodeError set) for a str
+    # holding a lone surrogate, which _utf8 turns into the caller's error class.
+    const char* _AsUTF8AndSize "PyUnicode_AsUTF8AndSize"(object, Py_ssize_t*)
+
+
+cdef inline const char* _utf8(str s, Py_ssize_t* n, object error) except NULL:
+    """The UTF-8 of s (cached by CPython); error (SerializationError, KeyTypeError) if s holds
+    a lone surrogate, which has no UTF-8 encoding."""
+    cdef const char* p = _AsUTF8AndSize(s, n)
+    if p == NULL:
+        _not_utf8(s, error)
+    return p
+
+
+cdef int _not_utf8(str s, object error) except -1:
+    PyErr_Clear()
+    at = next((i for i, c in enumerate(s) if 0xD800 <= ord(c) <= 0xDFFF), -1)
+    raise error(
+        f"text {s!r:.80} holds a lone surrogate (at position {at}, as surrogateescape decoding "
+        f"of undecodable bytes leaves them) and has no UTF-8 encoding; store such data as "
+        f"bytes (s.encode('utf-8', 'surrogateescape')) or repair the text")
+
+
 cdef inline int _put_str(str s, string* out) except -1:
     cdef Py_ssize_t n
-    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
+    cdef const char* p = _utf8(s, &n, _SerializationError)
     CPutVarint(out, <uint64_t>n)
     out.append(p, <size_t>n)
     return 0
@@ -128,6 +152,8 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
     """Appends the encoding of v under codec to out; raises SerializationError."""
     cdef int64_t i
     cdef double d
+    cdef const char* p
+    cdef Py_ssize_t n
     if codec == kAny:
         return _put_any(v, out)
     if codec == kI64 or codec == kI32 or codec == kOrdI64:
@@ -152,7 +178,7 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
         elif codec == kOrdF64:
             CPutBE64(out, COrderedF64(d))
         else:
-            _put_f32(d, out)
+            _put_f32(d, out, _SerializationError)
         return 0
     if codec == kStr:
         if type(v) is not str:
@@ -174,8 +200,8 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
     if codec == kOrdStr:
         if not isinstance(v, str):
             return _type_error(codec, v)
-        b = (<str>v).encode("utf-8")
-        out.append(PyBytes_AS_STRING(b), <size_t>PyBytes_GET_SIZE(b))
+        p = _utf8(str(v), &n, _SerializationError)
+        out.append(p, <size_t>n)
         return 0
     if codec == kOrdBytes:
         if not isinstance(v, (bytes, bytearray, memoryview)):
@@ -191,11 +217,16 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
     raise _SerializationError(f"unknown serializer id {codec}")
 
 
-cdef inline void _put_f32(double d, string* out):
+cdef inline int _put_f32(double d, string* out, object error) except -1:
     cdef float f = <float>d
     cdef uint32_t bits
+    if isinf(f) and not isinf(d) and not isnan(d):  # a finite double beyond float32's range
+        raise error(
+            f"{d!r} is outside the range of the 32-bit 'float' serializer (its largest finite "
+            f"value is 3.4028235e+38); declare the state with float (64 bits) or scale the value")
     memcpy(&bits, &f, 4)
     CPutBE32(out, bits)
+    return 0
 
 
 cdef inline double _get_f32(const char* p):
@@ -356,7 +387,7 @@ cdef int encode_key_column(CCodec codec, object v, string* out) except -1:
         if codec == kF64:
             CPutBE64(out, CDoubleBits(d))
         else:
-            _put_f32(d, out)
+            _put_f32(d, out, _KeyTypeError)
         return 0
     if codec == kBytes:
         if not isinstance(v, (bytes, bytearray, memoryview)):
