@@ -1,14 +1,17 @@
 #include "batch_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
 #include "composite_key.h"
 #include "keygroups.h"
+#include "status_guard.h"
 
 namespace stateengine {
 namespace {
@@ -87,11 +90,15 @@ int RowBytes(const ColumnView& c, size_t row, rocksdb::Slice* out, std::string* 
   }
 }
 
-void PutF32(double d, std::string* out) {
+// A finite double beyond float32's range is refused (as the scalar encoder does), not stored
+// as infinity; infinities and NaN given as such are kept.
+int PutF32(double d, std::string* out) {
   const float f = static_cast<float>(d);
+  if (std::isinf(f) && std::isfinite(d)) return kBatchValueOutOfRange;
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   PutBE32(out, bits);
+  return kBatchOk;
 }
 
 int EncodeInt(int64_t v, Codec codec, std::string* out) {
@@ -113,8 +120,7 @@ int EncodeInt(int64_t v, Codec codec, std::string* out) {
       PutBE64(out, DoubleBits(static_cast<double>(v)));
       return kBatchOk;
     case kF32:
-      PutF32(static_cast<double>(v), out);
-      return kBatchOk;
+      return PutF32(static_cast<double>(v), out);
     case kOrdI64:
       PutBE64(out, OrderedI64(v));
       return kBatchOk;
@@ -133,8 +139,7 @@ int EncodeDouble(double d, Codec codec, bool is_key, std::string* out) {
       PutBE64(out, DoubleBits(d));
       return kBatchOk;
     case kF32:
-      PutF32(d, out);
-      return kBatchOk;
+      return PutF32(d, out);
     case kAny:
       out->push_back(static_cast<char>(kTagFloat));
       PutBE64(out, DoubleBits(d));
@@ -430,6 +435,16 @@ bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchEr
 
 bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnView* user_keys,
                      Codec uk_codec, BatchError* err) {
+  try {
+    return BuildRows(t, keys, user_keys, uk_codec, err);
+  } catch (const std::bad_alloc&) {  // no exception may reach the bindings
+    err->code = kBatchNoMemory;
+    return false;
+  }
+}
+
+bool KeyBatch::BuildRows(const BatchTarget& t, const ColumnView& keys,
+                         const ColumnView* user_keys, Codec uk_codec, BatchError* err) {
   const size_t n = keys.size;
   if (n >= std::numeric_limits<uint32_t>::max()) {
     err->code = kBatchTooLarge;
@@ -495,107 +510,117 @@ bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnV
 
 rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const ColumnView& values,
                          Codec value_codec, bool map_values, bool per_group, BatchError* err) {
-  rocksdb::WriteBatch wb;
-  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-  std::string val, scratch;
-  const auto& order = batch.order();
-  const auto& start = batch.group_start();
-  for (size_t g = 0; g < batch.groups(); ++g) {
-    const size_t row = per_group ? g : order[start[g + 1] - 1];  // the last write wins
-    if (values.is_null != nullptr && values.is_null[row]) {
-      rocksdb::Status st = wb.Delete(h, batch.group_key(g));
+  return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
+    rocksdb::WriteBatch wb;
+    rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+    std::string val, scratch;
+    const auto& order = batch.order();
+    const auto& start = batch.group_start();
+    for (size_t g = 0; g < batch.groups(); ++g) {
+      const size_t row = per_group ? g : order[start[g + 1] - 1];  // the last write wins
+      if (values.is_null != nullptr && values.is_null[row]) {
+        rocksdb::Status st = wb.Delete(h, batch.group_key(g));
+        if (!st.ok()) return st;
+        continue;
+      }
+      val.clear();
+      if (map_values && !values.encoded) val.push_back(0);  // Flink's "value is not null" flag
+      const int rc = EncodeColumnRow(values, row, value_codec, false, &val, &scratch);
+      if (rc != kBatchOk) return Invalid(err, rc, row);
+      rocksdb::Status st = wb.Put(h, batch.group_key(g), val);
       if (!st.ok()) return st;
-      continue;
     }
-    val.clear();
-    if (map_values && !values.encoded) val.push_back(0);  // Flink's "value is not null" flag
-    const int rc = EncodeColumnRow(values, row, value_codec, false, &val, &scratch);
-    if (rc != kBatchOk) return Invalid(err, rc, row);
-    rocksdb::Status st = wb.Put(h, batch.group_key(g), val);
-    if (!st.ok()) return st;
-  }
-  return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+  });
 }
 
 rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
                                   const ColumnView& values, Codec codec, NumericOp op,
                                   bool count, BatchError* err) {
-  rocksdb::WriteBatch wb;
-  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-  std::string operand;
-  const auto& order = batch.order();
-  const auto& start = batch.group_start();
-  for (size_t g = 0; g < batch.groups(); ++g) {
-    Number acc;
-    if (count) {
-      // COUNT merges 1 per element, so the pre-aggregate is the group size, in the state's codec.
-      acc.is_int = codec != kF64;
-      acc.i = static_cast<int64_t>(start[g + 1] - start[g]);
-      acc.d = static_cast<double>(acc.i);
-    } else {
-      for (size_t i = start[g]; i < start[g + 1]; ++i) {
-        Number n;
-        if (!RowNumber(values, order[i], codec, &n)) return Invalid(err, kBatchUnsupported, order[i]);
-        acc = i == start[g] ? n : CombineNumbers(op, acc, n);
+  return GuardStatus("merging a batch", [&]() -> rocksdb::Status {
+    rocksdb::WriteBatch wb;
+    rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+    std::string operand;
+    const auto& order = batch.order();
+    const auto& start = batch.group_start();
+    for (size_t g = 0; g < batch.groups(); ++g) {
+      Number acc;
+      if (count) {
+        // COUNT merges 1 per element, so the pre-aggregate is the group size, in the state's codec.
+        acc.is_int = codec != kF64;
+        acc.i = static_cast<int64_t>(start[g + 1] - start[g]);
+        acc.d = static_cast<double>(acc.i);
+      } else {
+        for (size_t i = start[g]; i < start[g + 1]; ++i) {
+          Number n;
+          if (!RowNumber(values, order[i], codec, &n)) {
+            return Invalid(err, kBatchUnsupported, order[i]);
+          }
+          acc = i == start[g] ? n : CombineNumbers(op, acc, n);
+        }
       }
+      operand.clear();
+      WriteNumber(codec, acc, &operand);
+      rocksdb::Status st = wb.Merge(h, batch.group_key(g), operand);
+      if (!st.ok()) return st;
     }
-    operand.clear();
-    WriteNumber(codec, acc, &operand);
-    rocksdb::Status st = wb.Merge(h, batch.group_key(g), operand);
-    if (!st.ok()) return st;
-  }
-  return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+  });
 }
 
 rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
                                const ColumnView& values, Codec codec, BatchError* err) {
-  rocksdb::WriteBatch wb;
-  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-  std::string joined, scratch;
-  const auto& order = batch.order();
-  const auto& start = batch.group_start();
-  for (size_t g = 0; g < batch.groups(); ++g) {
-    joined.clear();
-    for (size_t i = start[g]; i < start[g + 1]; ++i) {
-      if (i != start[g]) joined.push_back(kListDelimiter);
-      const int rc = EncodeColumnRow(values, order[i], codec, false, &joined, &scratch);
-      if (rc != kBatchOk) return Invalid(err, rc, order[i]);
+  return GuardStatus("merging a batch", [&]() -> rocksdb::Status {
+    rocksdb::WriteBatch wb;
+    rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+    std::string joined, scratch;
+    const auto& order = batch.order();
+    const auto& start = batch.group_start();
+    for (size_t g = 0; g < batch.groups(); ++g) {
+      joined.clear();
+      for (size_t i = start[g]; i < start[g + 1]; ++i) {
+        if (i != start[g]) joined.push_back(kListDelimiter);
+        const int rc = EncodeColumnRow(values, order[i], codec, false, &joined, &scratch);
+        if (rc != kBatchOk) return Invalid(err, rc, order[i]);
+      }
+      rocksdb::Status st = wb.Merge(h, batch.group_key(g), joined);
+      if (!st.ok()) return st;
     }
-    rocksdb::Status st = wb.Merge(h, batch.group_key(g), joined);
-    if (!st.ok()) return st;
-  }
-  return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+  });
 }
 
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out) {
-  const size_t groups = batch.groups();
-  out->found.assign(groups, 0);
-  out->data.clear();
-  out->offsets.assign(1, 0);
-  out->offsets.reserve(groups + 1);
-  rocksdb::ReadOptions ro;
-  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-  std::vector<rocksdb::Slice> keys;
-  std::vector<rocksdb::PinnableSlice> vals(std::min(groups, kMultiGetChunk));
-  std::vector<rocksdb::Status> statuses(vals.size());
-  for (size_t base = 0; base < groups; base += kMultiGetChunk) {
-    const size_t m = std::min(kMultiGetChunk, groups - base);
-    keys.clear();
-    for (size_t g = base; g < base + m; ++g) keys.push_back(batch.group_key(g));
-    for (size_t i = 0; i < m; ++i) vals[i].Reset();
-    // Groups are in key order already, so RocksDB may skip its own sort.
-    db->raw()->MultiGet(ro, h, m, keys.data(), vals.data(), statuses.data(), true);
-    for (size_t i = 0; i < m; ++i) {
-      if (statuses[i].ok()) {
-        out->found[base + i] = 1;
-        out->data.append(vals[i].data(), vals[i].size());
-      } else if (!statuses[i].IsNotFound()) {
-        return statuses[i];
+  return GuardStatus("reading a batch", [&]() -> rocksdb::Status {
+    const size_t groups = batch.groups();
+    out->found.assign(groups, 0);
+    out->data.clear();
+    out->offsets.assign(1, 0);
+    out->offsets.reserve(groups + 1);
+    rocksdb::ReadOptions ro;
+    rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+    std::vector<rocksdb::Slice> keys;
+    std::vector<rocksdb::PinnableSlice> vals(std::min(groups, kMultiGetChunk));
+    std::vector<rocksdb::Status> statuses(vals.size());
+    for (size_t base = 0; base < groups; base += kMultiGetChunk) {
+      const size_t m = std::min(kMultiGetChunk, groups - base);
+      keys.clear();
+      for (size_t g = base; g < base + m; ++g) keys.push_back(batch.group_key(g));
+      for (size_t i = 0; i < m; ++i) vals[i].Reset();
+      // Groups are in key order already, so RocksDB may skip its own sort.
+      db->raw()->MultiGet(ro, h, m, keys.data(), vals.data(), statuses.data(), true);
+      for (size_t i = 0; i < m; ++i) {
+        if (statuses[i].ok()) {
+          out->found[base + i] = 1;
+          out->data.append(vals[i].data(), vals[i].size());
+        } else if (!statuses[i].IsNotFound()) {
+          return statuses[i];
+        }
+        out->offsets.push_back(out->data.size());
       }
-      out->offsets.push_back(out->data.size());
     }
-  }
-  return rocksdb::Status::OK();
+    return rocksdb::Status::OK();
+  });
 }
 
 namespace {
@@ -604,8 +629,15 @@ template <typename T, typename Convert>
 bool Scatter(const KeyBatch& batch, const BatchValues& values, Codec codec, bool skip_map_flag,
              T fill, T* out, uint8_t* found, BatchError* err, Convert convert) {
   const size_t groups = batch.groups();
-  std::vector<T> per_group(groups, fill);
-  std::vector<uint8_t> present(groups, 0);
+  std::vector<T> per_group;
+  std::vector<uint8_t> present;
+  try {
+    per_group.assign(groups, fill);
+    present.assign(groups, 0);
+  } catch (const std::bad_alloc&) {  // no exception may reach the bindings
+    err->code = kBatchNoMemory;
+    return false;
+  }
   for (size_t g = 0; g < groups; ++g) {
     if (!values.found[g]) continue;
     present[g] = 1;

@@ -51,12 +51,13 @@ struct ColumnView {
 enum BatchErrorCode : int {
   kBatchOk = 0,
   kBatchKeyGroupOutOfRange = 1,  // row's key belongs to a key group outside the backend's range
-  kBatchValueOutOfRange = 2,     // a number does not fit its codec (int outside 32 bits)
+  kBatchValueOutOfRange = 2,     // a number does not fit its codec (32-bit int or float)
   kBatchInvalidText = 3,         // a UCS-4 row holds a surrogate or a code point past U+10FFFF
   kBatchUnsupported = 4,         // this column kind cannot be encoded by this codec
   kBatchBadKey = 5,              // an encoded key does not parse under the key schema
   kBatchCorrupt = 6,             // a stored value is not a valid encoding of its codec
   kBatchTooLarge = 7,            // more rows than 32-bit row indices hold
+  kBatchNoMemory = 8,            // the batch's keys or values did not fit in memory
 };
 
 // Which row failed and why; filled in when a batch function returns false or a non-OK status.
@@ -113,6 +114,8 @@ class KeyBatch {
   rocksdb::Slice group_key(size_t g) const { return row_key(order_[group_start_[g]]); }
 
  private:
+  bool BuildRows(const BatchTarget& target, const ColumnView& keys, const ColumnView* user_keys,
+                 Codec uk_codec, BatchError* err);
   bool BuildBigint(const BatchTarget& target, const ColumnView& keys, BatchError* err);
   // Fills order_, group_of_ and group_start_ from the built keys.
   void SortRows();

@@ -8,6 +8,7 @@
 #include <rocksdb/table.h>
 
 #include "scratch_fs.h"
+#include "status_guard.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -181,6 +182,9 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
 
 rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
                               std::unique_ptr<StateDB>* out) {
+  if (cfs.size() > kMaxColumnFamilies) {
+    return rocksdb::Status::InvalidArgument("more column families than a backend can hold");
+  }
   std::unique_ptr<StateDB> s(new StateDB());
   s->path_ = path;
   s->write_options_.disableWAL = true;
@@ -195,8 +199,10 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
   if (!st.ok()) return st;
   // handles[0] is RocksDB's default family, which no state uses; keep it only to close it.
   s->db_->DestroyColumnFamilyHandle(handles[0]);
-  s->handles_.assign(handles.begin() + 1, handles.end());
-  s->specs_ = cfs;
+  int index;
+  for (size_t i = 0; i < cfs.size(); ++i) {
+    if (!(st = s->Append(handles[i + 1], cfs[i], &index)).ok()) return st;
+  }
   *out = std::move(s);
   return rocksdb::Status::OK();
 }
@@ -204,83 +210,89 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
 StateDB::~StateDB() { Close(); }
 
 rocksdb::Status StateDB::Close() {
+  pins_->FreeAllAndClose();
   if (db_ == nullptr) return rocksdb::Status::OK();
-  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
-  handles_.clear();
+  const size_t n = num_column_families();
+  for (size_t i = 0; i < n; ++i) db_->DestroyColumnFamilyHandle(handle(static_cast<int>(i)));
+  count_.store(0, std::memory_order_release);
   rocksdb::Status st = db_->Close();
   delete db_;
   db_ = nullptr;
   return st;
 }
 
+rocksdb::Status StateDB::Append(rocksdb::ColumnFamilyHandle* h, const ColumnFamilySpec& spec,
+                                int* index) {
+  std::lock_guard<std::mutex> lock(append_mu_);
+  const size_t i = count_.load(std::memory_order_relaxed);
+  if (i >= kMaxColumnFamilies) {
+    db_->DestroyColumnFamilyHandle(h);
+    return rocksdb::Status::InvalidArgument("a backend holds at most 65535 states");
+  }
+  auto& chunk = chunks_[i >> kChunkBits];
+  if (!chunk) chunk.reset(new CfSlot[kChunkSize]);
+  chunk[i & (kChunkSize - 1)].handle = h;
+  chunk[i & (kChunkSize - 1)].spec = spec;
+  count_.store(i + 1, std::memory_order_release);  // readers see the slot before the count
+  *index = static_cast<int>(i);
+  return rocksdb::Status::OK();
+}
+
 rocksdb::Status StateDB::CreateColumnFamily(const ColumnFamilySpec& spec, int* index) {
   rocksdb::ColumnFamilyHandle* h = nullptr;
   rocksdb::Status st = db_->CreateColumnFamily(MakeColumnFamilyOptions(spec), spec.name, &h);
   if (!st.ok()) return st;
-  handles_.push_back(h);
-  specs_.push_back(spec);
-  *index = static_cast<int>(handles_.size()) - 1;
-  return st;
-}
-
-rocksdb::Status StateDB::DropColumnFamily(int index) {
-  rocksdb::Status st = db_->DropColumnFamily(handles_[index]);
-  if (!st.ok()) return st;
-  db_->DestroyColumnFamilyHandle(handles_[index]);
-  handles_[index] = nullptr;
-  rocksdb::ColumnFamilyHandle* h = nullptr;
-  st = db_->CreateColumnFamily(MakeColumnFamilyOptions(specs_[index]), specs_[index].name, &h);
-  handles_[index] = h;
-  return st;
+  return Append(h, spec, index);
 }
 
 int StateDB::FindColumnFamily(const std::string& name) const {
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    if (specs_[i].name == name) return static_cast<int>(i);
+  const size_t n = num_column_families();
+  for (size_t i = 0; i < n; ++i) {
+    if (spec(static_cast<int>(i)).name == name) return static_cast<int>(i);
   }
   return -1;
 }
 
 rocksdb::Status StateDB::Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value) {
   value->Reset();
-  return db_->Get(read_options_, handles_[cf], key, value);
+  return db_->Get(read_options_, handle(cf), key, value);
 }
 
 rocksdb::Status StateDB::Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
-  return db_->Put(write_options_, handles_[cf], key, value);
+  return db_->Put(write_options_, handle(cf), key, value);
 }
 
 rocksdb::Status StateDB::Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
-  return db_->Merge(write_options_, handles_[cf], key, value);
+  return db_->Merge(write_options_, handle(cf), key, value);
 }
 
 rocksdb::Status StateDB::Delete(int cf, const rocksdb::Slice& key) {
-  return db_->Delete(write_options_, handles_[cf], key);
+  return db_->Delete(write_options_, handle(cf), key);
 }
 
 rocksdb::Status StateDB::DeleteRange(int cf, const rocksdb::Slice& begin,
                                      const rocksdb::Slice& end) {
-  return db_->DeleteRange(write_options_, handles_[cf], begin, end);
+  return db_->DeleteRange(write_options_, handle(cf), begin, end);
 }
 
 rocksdb::Status StateDB::GetNoWait(int cf, const rocksdb::Slice& key,
                                    rocksdb::PinnableSlice* value) {
   value->Reset();
-  return db_->Get(nowait_read_options_, handles_[cf], key, value);
+  return db_->Get(nowait_read_options_, handle(cf), key, value);
 }
 
 rocksdb::Status StateDB::PutNoWait(int cf, const rocksdb::Slice& key,
                                    const rocksdb::Slice& value) {
-  return db_->Put(nowait_write_options_, handles_[cf], key, value);
+  return db_->Put(nowait_write_options_, handle(cf), key, value);
 }
 
 rocksdb::Status StateDB::MergeNoWait(int cf, const rocksdb::Slice& key,
                                      const rocksdb::Slice& value) {
-  return db_->Merge(nowait_write_options_, handles_[cf], key, value);
+  return db_->Merge(nowait_write_options_, handle(cf), key, value);
 }
 
 rocksdb::Status StateDB::DeleteNoWait(int cf, const rocksdb::Slice& key) {
-  return db_->Delete(nowait_write_options_, handles_[cf], key);
+  return db_->Delete(nowait_write_options_, handle(cf), key);
 }
 
 rocksdb::Status StateDB::Write(rocksdb::WriteBatch* batch) {
@@ -289,47 +301,53 @@ rocksdb::Status StateDB::Write(rocksdb::WriteBatch* batch) {
 
 rocksdb::Status StateDB::PutMany(int cf, const std::vector<std::string>& keys,
                                  const std::vector<std::string>& values) {
-  rocksdb::WriteBatch batch;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    rocksdb::Status st = batch.Put(handles_[cf], keys[i], values[i]);
-    if (!st.ok()) return st;
-  }
-  return db_->Write(write_options_, &batch);
+  return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
+    rocksdb::WriteBatch batch;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      rocksdb::Status st = batch.Put(handle(cf), keys[i], values[i]);
+      if (!st.ok()) return st;
+    }
+    return db_->Write(write_options_, &batch);
+  });
 }
 
 rocksdb::Status StateDB::DeletePrefix(int cf, const std::string& prefix) {
-  const std::string upper = PrefixSuccessor(prefix);
-  rocksdb::ReadOptions ro;
-  rocksdb::Slice lower_slice(prefix), upper_slice(upper);
-  ro.iterate_lower_bound = &lower_slice;
-  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[cf]));
-  rocksdb::WriteBatch batch;
-  for (it->Seek(lower_slice); it->Valid(); it->Next()) {
-    rocksdb::Status st = batch.Delete(handles_[cf], it->key());
-    if (!st.ok()) return st;
-  }
-  if (!it->status().ok()) return it->status();
-  return batch.Count() == 0 ? rocksdb::Status::OK() : db_->Write(write_options_, &batch);
+  return GuardStatus("clearing a map", [&]() -> rocksdb::Status {
+    const std::string upper = PrefixSuccessor(prefix);
+    rocksdb::ReadOptions ro;
+    rocksdb::Slice lower_slice(prefix), upper_slice(upper);
+    ro.iterate_lower_bound = &lower_slice;
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handle(cf)));
+    rocksdb::WriteBatch batch;
+    for (it->Seek(lower_slice); it->Valid(); it->Next()) {
+      rocksdb::Status st = batch.Delete(handle(cf), it->key());
+      if (!st.ok()) return st;
+    }
+    if (!it->status().ok()) return it->status();
+    return batch.Count() == 0 ? rocksdb::Status::OK() : db_->Write(write_options_, &batch);
+  });
 }
 
 rocksdb::Status StateDB::Scan(int cf, const std::string& lower, const std::string& upper,
                               size_t limit, bool reverse, std::vector<KeyValue>* out) {
-  rocksdb::ReadOptions ro;
-  rocksdb::Slice lower_slice(lower), upper_slice(upper);
-  ro.iterate_lower_bound = &lower_slice;
-  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
-  ro.fill_cache = false;  // scans must not evict the working set of point lookups
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[cf]));
-  if (reverse) {
-    it->SeekToLast();
-  } else {
-    it->Seek(lower_slice);
-  }
-  for (; it->Valid() && (limit == 0 || out->size() < limit); reverse ? it->Prev() : it->Next()) {
-    out->push_back({it->key().ToString(), it->value().ToString()});
-  }
-  return it->status();
+  return GuardStatus("scanning", [&]() -> rocksdb::Status {
+    rocksdb::ReadOptions ro;
+    rocksdb::Slice lower_slice(lower), upper_slice(upper);
+    ro.iterate_lower_bound = &lower_slice;
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    ro.fill_cache = false;  // scans must not evict the working set of point lookups
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handle(cf)));
+    if (reverse) {
+      it->SeekToLast();
+    } else {
+      it->Seek(lower_slice);
+    }
+    for (; it->Valid() && (limit == 0 || out->size() < limit); reverse ? it->Prev() : it->Next()) {
+      out->push_back({it->key().ToString(), it->value().ToString()});
+    }
+    return it->status();
+  });
 }
 
 rocksdb::Status StateDB::Count(int cf, const std::string& lower, const std::string& upper,
@@ -339,7 +357,7 @@ rocksdb::Status StateDB::Count(int cf, const std::string& lower, const std::stri
   ro.iterate_lower_bound = &lower_slice;
   if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
   ro.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[cf]));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handle(cf)));
   uint64_t n = 0;
   for (it->Seek(lower_slice); it->Valid(); it->Next()) ++n;
   *count = n;
@@ -349,14 +367,15 @@ rocksdb::Status StateDB::Count(int cf, const std::string& lower, const std::stri
 rocksdb::Status StateDB::Flush() {
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  std::vector<rocksdb::ColumnFamilyHandle*> live(handles_.begin(), handles_.end());
+  std::vector<rocksdb::ColumnFamilyHandle*> live;
+  for (size_t i = 0; i < num_column_families(); ++i) live.push_back(handle(static_cast<int>(i)));
   return db_->Flush(fo, live);
 }
 
 rocksdb::Status StateDB::CompactAll() {
   rocksdb::CompactRangeOptions co;
-  for (auto* h : handles_) {
-    rocksdb::Status st = db_->CompactRange(co, h, nullptr, nullptr);
+  for (size_t i = 0; i < num_column_families(); ++i) {
+    rocksdb::Status st = db_->CompactRange(co, handle(static_cast<int>(i)), nullptr, nullptr);
     if (!st.ok()) return st;
   }
   return rocksdb::Status::OK();
@@ -373,16 +392,51 @@ ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, i
 }
 
 rocksdb::Options StateDB::SstFileOptions(int cf) const {
-  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(specs_[cf], true));
+  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(spec(cf), true));
 }
 
 uint64_t StateDB::EstimateNumKeys() const {
   uint64_t total = 0;
-  for (auto* h : handles_) {
+  for (size_t i = 0; i < num_column_families(); ++i) {
     uint64_t n = 0;
-    if (db_->GetIntProperty(h, "rocksdb.estimate-num-keys", &n)) total += n;
+    if (db_->GetIntProperty(handle(static_cast<int>(i)), "rocksdb.estimate-num-keys", &n)) {
+      total += n;
+    }
   }
   return total;
+}
+
+bool PinRegistry::Add(DbPin* pin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  pins_.insert(pin);
+  return true;
+}
+
+void PinRegistry::Remove(DbPin* pin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pins_.erase(pin) != 0) pin->FreePinned();
+}
+
+void PinRegistry::CancelAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (DbPin* pin : pins_) pin->Cancel();
+}
+
+void PinRegistry::FreeAllAndClose() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (DbPin* pin : pins_) pin->FreePinned();
+  pins_.clear();
+  closed_ = true;
+}
+
+void DbPin::PinTo(StateDB* db) {
+  registry_ = db->pins();
+  if (!registry_->Add(this)) FreePinned();
+}
+
+void DbPin::Unpin() {
+  if (registry_) registry_->Remove(this);
 }
 
 std::string PrefixSuccessor(const std::string& prefix) {

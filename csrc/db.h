@@ -1,13 +1,17 @@
 // One RocksDB instance per backend with one column family per registered state.
 // Invariant: every instance in the process draws block cache and memtables from the single
 // MemoryBudget, so their sum stays bounded by it; the write-ahead log is always off because
-// durability comes from checkpoints, never from the local directory.
+// durability comes from checkpoints, never from the local directory. Column family handles
+// never move once created (calls on other threads index them while a state registers), and
+// Close frees every iterator and snapshot still pinned to the instance before RocksDB closes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -71,6 +75,50 @@ struct KeyValue {
   std::string value;
 };
 
+class PinRegistry;
+
+// Something that holds RocksDB iterators or a snapshot of a StateDB between calls (scan
+// cursors, full snapshots). RocksDB must not close under them, so StateDB::Close first frees
+// every registered pin. Freeing happens once, under the registry's lock, by whoever comes
+// first: the owner (Unpin, also from its destructor) or Close; the registry outlives the
+// StateDB as long as a pin refers to it, so the order of destruction does not matter.
+class DbPin {
+ public:
+  DbPin(const DbPin&) = delete;
+  DbPin& operator=(const DbPin&) = delete;
+  // Asks a long-running user of the pin to stop early (a snapshot being written).
+  virtual void Cancel() {}
+
+ protected:
+  DbPin() = default;
+  ~DbPin() = default;  // derived destructors call Unpin() first
+  // Registers the pin; frees it at once if the instance is closed already.
+  void PinTo(class StateDB* db);
+  // Frees what the pin holds (if Close has not) and unregisters it.
+  void Unpin();
+  // Drops the iterators/snapshots; runs at most once, with the registry locked.
+  virtual void FreePinned() = 0;
+
+ private:
+  friend class PinRegistry;
+  std::shared_ptr<PinRegistry> registry_;
+};
+
+class PinRegistry {
+ public:
+  // False (and nothing registered) once the instance closed.
+  bool Add(DbPin* pin);
+  void Remove(DbPin* pin);
+  void CancelAll();
+  // Frees every pin and refuses new ones: the instance is about to close.
+  void FreeAllAndClose();
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<DbPin*> pins_;
+  bool closed_ = false;
+};
+
 class StateDB {
  public:
   // Opens (creating if needed) the database at path with exactly the given column families.
@@ -86,14 +134,17 @@ class StateDB {
   StateDB(const StateDB&) = delete;
   StateDB& operator=(const StateDB&) = delete;
 
+  // Frees every pinned iterator and snapshot, then closes RocksDB. The bindings call it only
+  // once no other thread is inside a call on this instance.
   rocksdb::Status Close();
+  // Asks pinned long-running work (snapshots being written) to stop.
+  void CancelPinned() { pins_->CancelAll(); }
+  const std::shared_ptr<PinRegistry>& pins() const { return pins_; }
   rocksdb::Status CreateColumnFamily(const ColumnFamilySpec& spec, int* index);
-  // Drops and recreates a column family with the same spec: the fastest way to clear a state.
-  rocksdb::Status DropColumnFamily(int index);
   int FindColumnFamily(const std::string& name) const;
-  size_t num_column_families() const { return handles_.size(); }
-  const ColumnFamilySpec& spec(int index) const { return specs_[index]; }
-  rocksdb::ColumnFamilyHandle* handle(int index) const { return handles_[index]; }
+  size_t num_column_families() const { return count_.load(std::memory_order_acquire); }
+  const ColumnFamilySpec& spec(int index) const { return Slot(index).spec; }
+  rocksdb::ColumnFamilyHandle* handle(int index) const { return Slot(index).handle; }
   rocksdb::DB* raw() const { return db_; }
   const std::string& path() const { return path_; }
 
@@ -139,10 +190,28 @@ class StateDB {
                                                        bool bottommost_files = false) const;
   static rocksdb::DBOptions MakeDBOptions();
 
+  // Column families live in fixed chunks that never move: another thread may index a handle
+  // (without a lock, on every call) while a new state's family is appended.
+  struct CfSlot {
+    rocksdb::ColumnFamilyHandle* handle = nullptr;
+    ColumnFamilySpec spec;
+  };
+  static constexpr size_t kChunkBits = 8;
+  static constexpr size_t kChunkSize = size_t{1} << kChunkBits;
+  // Snapshot state ids are 16 bits with 0xFFFF reserved, so no backend needs more.
+  static constexpr size_t kMaxColumnFamilies = 65535;
+  const CfSlot& Slot(int index) const {
+    return chunks_[static_cast<size_t>(index) >> kChunkBits][index & (kChunkSize - 1)];
+  }
+  rocksdb::Status Append(rocksdb::ColumnFamilyHandle* h, const ColumnFamilySpec& spec,
+                         int* index);
+
   rocksdb::DB* db_ = nullptr;
   std::string path_;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  std::vector<ColumnFamilySpec> specs_;
+  std::unique_ptr<CfSlot[]> chunks_[(kMaxColumnFamilies >> kChunkBits) + 1];
+  std::atomic<size_t> count_{0};
+  std::mutex append_mu_;
+  std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
   rocksdb::WriteOptions write_options_;
   rocksdb::ReadOptions read_options_;
   rocksdb::WriteOptions nowait_write_options_;

@@ -113,7 +113,10 @@ rocksdb::Status FileReader::Open(const std::string& path) {
   if (std::fseek(f_, 0, SEEK_END) != 0) {
     return rocksdb::Status::IOError("cannot seek " + path, std::strerror(errno));
   }
-  size_ = static_cast<uint64_t>(std::ftell(f_));
+  const long end = std::ftell(f_);
+  if (end < 0) return rocksdb::Status::IOError("cannot seek " + path, std::strerror(errno));
+  size_ = static_cast<uint64_t>(end);
+  position_ = 0;
   std::fseek(f_, 0, SEEK_SET);
   return rocksdb::Status::OK();
 }
@@ -126,11 +129,13 @@ rocksdb::Status FileReader::Seek(uint64_t offset) {
   if (std::fseek(f_, static_cast<long>(offset), SEEK_SET) != 0) {
     return rocksdb::Status::IOError("cannot seek " + path_, std::strerror(errno));
   }
+  position_ = offset;
   return rocksdb::Status::OK();
 }
 
 rocksdb::Status FileReader::Read(char* out, size_t n, size_t* got) {
   *got = std::fread(out, 1, n, f_);
+  position_ += *got;
   if (*got < n && std::ferror(f_)) {
     return rocksdb::Status::IOError("cannot read " + path_, std::strerror(errno));
   }

@@ -69,12 +69,16 @@ class FileReader {
   // Reads exactly n bytes or reports the file as truncated.
   rocksdb::Status ReadExact(char* out, size_t n, const char* what);
   uint64_t size() const { return size_; }
+  // Bytes between the read position and the end of the file: no length read from the file
+  // may make a reader allocate more than this.
+  uint64_t remaining() const { return size_ - position_; }
   const std::string& path() const { return path_; }
 
  private:
   FILE* f_ = nullptr;
   std::string path_;
   uint64_t size_ = 0;
+  uint64_t position_ = 0;
 };
 
 }  // namespace stateengine

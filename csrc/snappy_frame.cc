@@ -141,6 +141,12 @@ rocksdb::Status FramedReader::Begin(uint64_t offset) {
   return rocksdb::Status::OK();
 }
 
+uint64_t FramedReader::MaxRemaining() const {
+  // A chunk yields at most 64 KiB from at least 8 bytes of header and CRC plus the snappy
+  // bytes, and snappy expands at most ~21x (a 3-byte copy of 64 bytes): 32x bounds both.
+  return available() + in_->remaining() * 32;
+}
+
 rocksdb::Status FramedReader::NextChunk() {
   for (;;) {
     char head[4];
@@ -150,15 +156,28 @@ rocksdb::Status FramedReader::NextChunk() {
     const uint32_t len = static_cast<unsigned char>(head[1]) |
                          (static_cast<unsigned char>(head[2]) << 8) |
                          (static_cast<uint32_t>(static_cast<unsigned char>(head[3])) << 16);
-    raw_.resize(len);
-    st = in_->ReadExact(&raw_[0], len, "a snappy chunk");
-    if (!st.ok()) return st;
-    if (type == kPaddingChunk || (type >= 0x80 && type != kStreamIdentifier)) continue;
-    if (type == kStreamIdentifier) continue;  // a concatenated stream may repeat it
+    if (len > in_->remaining()) {
+      return rocksdb::Status::Corruption(
+          in_->path(), "snappy chunk of " + std::to_string(len) + " bytes but only " +
+                           std::to_string(in_->remaining()) + " left in the file (truncated?)");
+    }
+    if (type >= 0x80) {
+      // Skippable (a concatenated stream may repeat its identifier): seek past, no buffer.
+      if (!(st = in_->Seek(in_->size() - in_->remaining() + len)).ok()) return st;
+      continue;
+    }
     if (len < 4 || (type != kCompressedChunk && type != kUncompressedChunk)) {
       return rocksdb::Status::Corruption(in_->path(), "unknown snappy chunk type " +
                                                           std::to_string(type));
     }
+    const size_t max_body = type == kCompressedChunk ? snappy::MaxCompressedLength(kMaxBlock)
+                                                     : kMaxBlock;
+    if (len - 4 > max_body) {
+      return rocksdb::Status::Corruption(in_->path(), "snappy chunk larger than 64 KiB");
+    }
+    raw_.resize(len);
+    st = in_->ReadExact(&raw_[0], len, "a snappy chunk");
+    if (!st.ok()) return st;
     const uint32_t expected = GetLE32(raw_.data());
     if (type == kCompressedChunk) {
       size_t ulen = 0;
@@ -171,9 +190,6 @@ rocksdb::Status FramedReader::NextChunk() {
       }
       pos_ = 0;
     } else {
-      if (len - 4 > kMaxBlock) {
-        return rocksdb::Status::Corruption(in_->path(), "snappy chunk larger than 64 KiB");
-      }
       data_.swap(raw_);  // the payload stays where it was read, after the 4 CRC bytes
       pos_ = 4;
     }
@@ -195,6 +211,22 @@ rocksdb::Status ChunkedReader::Read(char* out, size_t n) {
     std::memcpy(out, data_.data() + pos_, take);
     pos_ += take;
     out += take;
+    n -= take;
+  }
+  return rocksdb::Status::OK();
+}
+
+rocksdb::Status ChunkedReader::Append(std::string* out, size_t n) {
+  // No reserve(n): n comes from the file. The string grows with the bytes that arrive.
+  while (n > 0) {
+    if (pos_ == data_.size()) {
+      rocksdb::Status st = NextChunk();
+      if (!st.ok()) return st;
+      continue;
+    }
+    const size_t take = std::min(n, data_.size() - pos_);
+    out->append(data_.data() + pos_, take);
+    pos_ += take;
     n -= take;
   }
   return rocksdb::Status::OK();

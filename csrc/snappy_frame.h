@@ -50,6 +50,9 @@ class FramedWriter {
 
 // A key-group section arriving in chunks. Parsers look straight into the current chunk when
 // what they need lies inside it (no copy) and fall back to Read across chunk boundaries.
+// Lengths come from the file, so nothing is allocated for them up front: a reader holds at
+// most one chunk (64 KiB, or the compressed chunk's bytes) and Append grows its output only
+// as bytes actually arrive.
 class ChunkedReader {
  public:
   virtual ~ChunkedReader() = default;
@@ -57,6 +60,10 @@ class ChunkedReader {
   virtual rocksdb::Status Begin(uint64_t offset) = 0;
   // Copies exactly n bytes, crossing chunks as needed.
   rocksdb::Status Read(char* out, size_t n);
+  // Appends exactly n bytes to out, chunk by chunk.
+  rocksdb::Status Append(std::string* out, size_t n);
+  // An upper bound of the bytes the rest of the file can still yield.
+  virtual uint64_t MaxRemaining() const = 0;
   // The unread bytes of the current chunk; writable, so parsers may fix flags in place.
   char* view() { return &data_[0] + pos_; }
   size_t available() const { return data_.size() - pos_; }
@@ -73,6 +80,7 @@ class FramedReader : public ChunkedReader {
  public:
   explicit FramedReader(FileReader* in) : in_(in) {}
   rocksdb::Status Begin(uint64_t offset) override;
+  uint64_t MaxRemaining() const override;
 
  protected:
   rocksdb::Status NextChunk() override;
@@ -87,6 +95,7 @@ class RawReader : public ChunkedReader {
  public:
   explicit RawReader(FileReader* in) : in_(in) {}
   rocksdb::Status Begin(uint64_t offset) override;
+  uint64_t MaxRemaining() const override { return available() + in_->remaining(); }
 
  protected:
   rocksdb::Status NextChunk() override;

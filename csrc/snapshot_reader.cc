@@ -6,6 +6,8 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 #include <sys/stat.h>
@@ -39,11 +41,12 @@ rocksdb::Status ReadBlob(ChunkedReader* src, const std::string& path, std::strin
   rocksdb::Status st = src->Read(b, 4);
   if (!st.ok()) return st;
   const uint32_t n = GetBE32At(b);
-  if (n > kMaxEntryBytes) {
-    return rocksdb::Status::Corruption(path, std::string("implausible length of ") + what);
+  if (n > kMaxEntryBytes || n > src->MaxRemaining()) {
+    return rocksdb::Status::Corruption(
+        path, "length " + std::to_string(n) + " of " + what + " exceeds what is left of the file");
   }
-  out->resize(n);
-  return n == 0 ? st : src->Read(&(*out)[0], n);
+  out->clear();
+  return src->Append(out, n);  // grows with the bytes read, never to n up front
 }
 
 // One `i32 len | key | i32 len | value` pair: in place when it lies inside the current chunk
@@ -156,8 +159,8 @@ struct RestoreShare {
   SstSink* sst = nullptr;
 };
 
-void RunShare(StateDB* db, int prefix_bytes, const std::vector<SnapshotFile>& files,
-              RestoreShare* share) {
+void RunShareUnguarded(StateDB* db, int prefix_bytes, const std::vector<SnapshotFile>& files,
+                       RestoreShare* share) {
   std::vector<std::unique_ptr<FullSnapshotReader>> readers(files.size());
   auto sst = std::make_unique<SstSink>(db, share->dir);
   SstSink* raw_sst = sst.get();
@@ -174,6 +177,18 @@ void RunShare(StateDB* db, int prefix_bytes, const std::vector<SnapshotFile>& fi
     if (!share->status.ok()) return;
   }
   if ((share->status = sink.Finish()).ok()) share->files = raw_sst->TakeFiles();
+}
+
+// Runs on its own thread too, where an escaping exception would terminate the process.
+void RunShare(StateDB* db, int prefix_bytes, const std::vector<SnapshotFile>& files,
+              RestoreShare* share) {
+  try {
+    RunShareUnguarded(db, prefix_bytes, files, share);
+  } catch (const std::bad_alloc&) {
+    share->status = rocksdb::Status::MemoryLimit("out of memory while restoring a snapshot");
+  } catch (const std::exception& e) {
+    share->status = rocksdb::Status::Aborted(std::string("restore failed: ") + e.what());
+  }
 }
 
 // Bytes of each section (up to the next section of its file, or the file's end): the shares
@@ -285,14 +300,18 @@ ThreadedSink::ThreadedSink(std::unique_ptr<RestoreSink> inner)
         sh->space.notify_one();
       }
       rocksdb::Status st;
-      for (size_t pos = 0; st.ok() && pos < block.size();) {
-        const int cf = static_cast<int>(GetRaw32(block.data() + pos));
-        const uint32_t kn = GetRaw32(block.data() + pos + 4);
-        const uint32_t vn = GetRaw32(block.data() + pos + 8);
-        pos += 12;
-        st = in->Put(cf, rocksdb::Slice(block.data() + pos, kn),
-                     rocksdb::Slice(block.data() + pos + kn, vn));
-        pos += kn + vn;
+      try {
+        for (size_t pos = 0; st.ok() && pos < block.size();) {
+          const int cf = static_cast<int>(GetRaw32(block.data() + pos));
+          const uint32_t kn = GetRaw32(block.data() + pos + 4);
+          const uint32_t vn = GetRaw32(block.data() + pos + 8);
+          pos += 12;
+          st = in->Put(cf, rocksdb::Slice(block.data() + pos, kn),
+                       rocksdb::Slice(block.data() + pos + kn, vn));
+          pos += kn + vn;
+        }
+      } catch (const std::bad_alloc&) {  // an exception escaping a thread would terminate
+        st = rocksdb::Status::MemoryLimit("out of memory while building restored SST files");
       }
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(sh->mu);
@@ -364,10 +383,12 @@ rocksdb::Status ThreadedSink::Finish() {
   return inner_->Finish();
 }
 
-rocksdb::Status RestoreSections(StateDB* db, int prefix_bytes,
-                                const std::vector<SnapshotFile>& files,
-                                const std::vector<SectionRef>& sections,
-                                const std::string& sst_dir, RestoreStats* stats) {
+namespace {
+
+rocksdb::Status RestoreSectionsUnguarded(StateDB* db, int prefix_bytes,
+                                         const std::vector<SnapshotFile>& files,
+                                         const std::vector<SectionRef>& sections,
+                                         const std::string& sst_dir, RestoreStats* stats) {
   for (const auto& s : sections) {
     if (s.file < 0 || static_cast<size_t>(s.file) >= files.size()) {
       return rocksdb::Status::InvalidArgument("section refers to an unknown snapshot file");
@@ -428,6 +449,21 @@ rocksdb::Status RestoreSections(StateDB* db, int prefix_bytes,
     stats->key_groups += sh.stats.key_groups;
   }
   return rocksdb::Status::OK();
+}
+
+}  // namespace
+
+rocksdb::Status RestoreSections(StateDB* db, int prefix_bytes,
+                                const std::vector<SnapshotFile>& files,
+                                const std::vector<SectionRef>& sections,
+                                const std::string& sst_dir, RestoreStats* stats) {
+  try {
+    return RestoreSectionsUnguarded(db, prefix_bytes, files, sections, sst_dir, stats);
+  } catch (const std::bad_alloc&) {
+    return rocksdb::Status::MemoryLimit("out of memory while restoring a snapshot");
+  } catch (const std::exception& e) {
+    return rocksdb::Status::Aborted(std::string("restore failed: ") + e.what());
+  }
 }
 
 }  // namespace stateengine

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "codec.h"
@@ -87,17 +88,21 @@ class BlockPipeline {
         space_.notify_one();
       }
       rocksdb::Status st;
-      switch (item.kind) {
-        case Kind::kBegin:
-          offsets_->push_back({item.key_group, out_->offset()});
-          st = sink_.Begin();
-          break;
-        case Kind::kData:
-          st = sink_.Append(item.data.data(), item.data.size(), item.state);
-          break;
-        case Kind::kEnd:
-          st = sink_.Finish();
-          break;
+      try {
+        switch (item.kind) {
+          case Kind::kBegin:
+            offsets_->push_back({item.key_group, out_->offset()});
+            st = sink_.Begin();
+            break;
+          case Kind::kData:
+            st = sink_.Append(item.data.data(), item.data.size(), item.state);
+            break;
+          case Kind::kEnd:
+            st = sink_.Finish();
+            break;
+        }
+      } catch (const std::bad_alloc&) {  // nothing may escape a thread: it would terminate
+        st = rocksdb::Status::MemoryLimit("out of memory while compressing a snapshot");
       }
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -177,44 +182,105 @@ class BlockBuffer {
 
 }  // namespace
 
+namespace {
+
+uint64_t SuperVersionNumber(StateDB* db, int cf) {
+  uint64_t n = 0;
+  db->raw()->GetIntProperty(db->handle(cf), rocksdb::DB::Properties::kCurrentSuperVersionNumber,
+                            &n);
+  return n;
+}
+
+}  // namespace
+
+rocksdb::Status NewConsistentIterators(StateDB* db, const rocksdb::ReadOptions& ro,
+                                       const std::vector<int>& cf_indexes,
+                                       std::vector<std::unique_ptr<rocksdb::Iterator>>* out) {
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  for (int cf : cf_indexes) handles.push_back(db->handle(cf));
+  // NewIterators reads the latest sequence number, then references each family's current
+  // super version (memtables and files). A flush or compaction installed in between could
+  // have dropped a version visible at that sequence, so the pair is kept only if no family's
+  // super version changed around the call; otherwise it is taken again. Such changes are
+  // milliseconds apart, the call microseconds long: a retry is rare and a second one rarer.
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::vector<uint64_t> before;
+    for (int cf : cf_indexes) before.push_back(SuperVersionNumber(db, cf));
+    std::vector<rocksdb::Iterator*> raw;
+    rocksdb::Status st = db->raw()->NewIterators(ro, handles, &raw);
+    out->clear();
+    for (auto* it : raw) out->emplace_back(it);
+    if (!st.ok()) return st;
+    bool stable = true;
+    for (size_t i = 0; i < cf_indexes.size() && stable; ++i) {
+      stable = SuperVersionNumber(db, cf_indexes[i]) == before[i];
+    }
+    if (stable) return rocksdb::Status::OK();
+  }
+  // Never seen; a registered snapshot is always consistent (at the price described above).
+  out->clear();
+  rocksdb::ReadOptions pinned = ro;
+  pinned.snapshot = db->raw()->GetSnapshot();
+  std::vector<rocksdb::Iterator*> raw;
+  rocksdb::Status st = db->raw()->NewIterators(pinned, handles, &raw);
+  db->raw()->ReleaseSnapshot(pinned.snapshot);
+  for (auto* it : raw) out->emplace_back(it);
+  return st;
+}
+
 FullSnapshotWriter::FullSnapshotWriter(StateDB* db, std::vector<SnapshotColumn> columns,
                                        int prefix_bytes, int32_t kg_start, int32_t kg_end,
                                        bool compress)
-    : db_(db),
-      snapshot_(db->raw()->GetSnapshot()),
-      columns_(std::move(columns)),
+    : columns_(std::move(columns)),
       prefix_bytes_(prefix_bytes),
       kg_start_(kg_start),
       kg_end_(kg_end),
-      compress_(compress) {}
-
-FullSnapshotWriter::~FullSnapshotWriter() { Release(); }
-
-void FullSnapshotWriter::Release() {
-  if (snapshot_ != nullptr) {
-    db_->raw()->ReleaseSnapshot(snapshot_);
-    snapshot_ = nullptr;
+      compress_(compress),
+      upper_(KeyGroupBound(kg_end + 1, prefix_bytes)) {
+  upper_slice_ = rocksdb::Slice(upper_);
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;  // a full pass must not evict the working set
+  ro.readahead_size = 2 << 20;
+  ro.iterate_upper_bound = (kg_end_ + 1 < (1 << (8 * prefix_bytes_))) ? &upper_slice_ : nullptr;
+  std::vector<int> cfs;
+  for (const auto& col : columns_) cfs.push_back(col.cf_index);
+  try {
+    status_ = NewConsistentIterators(db, ro, cfs, &iterators_);
+  } catch (const std::bad_alloc&) {
+    iterators_.clear();
+    status_ = rocksdb::Status::MemoryLimit("out of memory while pinning a snapshot");
   }
+  PinTo(db);
 }
+
+FullSnapshotWriter::~FullSnapshotWriter() { Unpin(); }
 
 rocksdb::Status FullSnapshotWriter::Write(const std::string& path, const std::string& meta_block,
                                           bool durable, std::vector<KeyGroupOffset>* offsets,
                                           SnapshotStats* stats) {
-  if (snapshot_ == nullptr) return rocksdb::Status::InvalidArgument("snapshot already released");
-  const std::string lower = KeyGroupBound(kg_start_, prefix_bytes_);
-  const std::string upper = KeyGroupBound(kg_end_ + 1, prefix_bytes_);
-  rocksdb::Slice upper_slice(upper);
-  std::vector<MergeIterator::Input> inputs;
-  for (const auto& col : columns_) {
-    rocksdb::ReadOptions ro;
-    ro.snapshot = snapshot_;
-    ro.fill_cache = false;  // a full pass must not evict the working set
-    ro.readahead_size = 2 << 20;
-    ro.iterate_upper_bound = (kg_end_ + 1 < (1 << (8 * prefix_bytes_))) ? &upper_slice : nullptr;
-    std::unique_ptr<rocksdb::Iterator> it(db_->raw()->NewIterator(ro, db_->handle(col.cf_index)));
-    it->Seek(lower);
-    inputs.push_back({std::move(it), col.state_id});
+  if (!status_.ok()) return status_;
+  if (iterators_.size() != columns_.size()) {
+    return rocksdb::Status::Aborted("the snapshot was released before it was written");
   }
+  try {
+    return WriteStream(path, meta_block, durable, offsets, stats);
+  } catch (const std::bad_alloc&) {
+    return rocksdb::Status::MemoryLimit("out of memory while writing a snapshot to " + path);
+  }
+}
+
+rocksdb::Status FullSnapshotWriter::WriteStream(const std::string& path,
+                                                const std::string& meta_block, bool durable,
+                                                std::vector<KeyGroupOffset>* offsets,
+                                                SnapshotStats* stats) {
+  const std::string lower = KeyGroupBound(kg_start_, prefix_bytes_);
+  std::vector<MergeIterator::Input> inputs;
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    std::unique_ptr<rocksdb::Iterator> it = std::move(iterators_[i]);
+    it->Seek(lower);
+    inputs.push_back({std::move(it), columns_[i].state_id});
+  }
+  iterators_.clear();  // a snapshot is written once
   MergeIterator merged(std::move(inputs), prefix_bytes_);
 
   FileWriter out;

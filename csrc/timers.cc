@@ -8,6 +8,7 @@
 
 #include "codec.h"
 #include "keygroups.h"
+#include "status_guard.h"
 
 namespace stateengine {
 namespace {
@@ -48,25 +49,27 @@ rocksdb::Status ForEachGroupHead(StateDB* db, int cf, int prefix_bytes, int32_t 
 
 }  // namespace
 
-rocksdb::Status PopDueTimers(StateDB* db, int cf, int prefix_bytes, int32_t kg_start,
-                             int32_t kg_end, int64_t max_timestamp, size_t limit,
-                             std::vector<std::string>* keys) {
+namespace {
+
+rocksdb::Status PopDue(StateDB* db, int cf, int prefix_bytes, int32_t kg_start, int32_t kg_end,
+                       int64_t max_timestamp, size_t limit, std::vector<std::string>* keys) {
   const uint64_t max_ordered = OrderedI64(max_timestamp);
   const size_t head = static_cast<size_t>(prefix_bytes) + 8;
-  rocksdb::Status st = ForEachGroupHead(
-      db, cf, prefix_bytes, kg_start, kg_end, [&](rocksdb::Iterator* it, const std::string& prefix) {
-        for (; it->Valid(); it->Next()) {
-          const rocksdb::Slice k = it->key();
-          if (k.size() < head || std::memcmp(k.data(), prefix.data(), prefix.size()) != 0) break;
-          if (GetBE64(k.data() + prefix_bytes) > max_ordered) break;
-          keys->emplace_back(k.data(), k.size());
-        }
-        return true;
-      });
+  auto collect = [&](rocksdb::Iterator* it, const std::string& prefix) {
+    for (; it->Valid(); it->Next()) {
+      const rocksdb::Slice k = it->key();
+      if (k.size() < head || std::memcmp(k.data(), prefix.data(), prefix.size()) != 0) break;
+      if (GetBE64(k.data() + prefix_bytes) > max_ordered) break;
+      keys->emplace_back(k.data(), k.size());
+    }
+    return true;
+  };
+  rocksdb::Status st = ForEachGroupHead(db, cf, prefix_bytes, kg_start, kg_end, collect);
   if (!st.ok()) return st;
-  std::sort(keys->begin(), keys->end(), [prefix_bytes](const std::string& a, const std::string& b) {
-    return TimeOrder(a, b, prefix_bytes);
-  });
+  std::sort(keys->begin(), keys->end(),
+            [prefix_bytes](const std::string& a, const std::string& b) {
+              return TimeOrder(a, b, prefix_bytes);
+            });
   if (limit != 0 && keys->size() > limit) keys->resize(limit);
   if (keys->empty()) return rocksdb::Status::OK();
   rocksdb::WriteBatch batch;
@@ -76,20 +79,31 @@ rocksdb::Status PopDueTimers(StateDB* db, int cf, int prefix_bytes, int32_t kg_s
   return db->Write(&batch);
 }
 
+}  // namespace
+
+rocksdb::Status PopDueTimers(StateDB* db, int cf, int prefix_bytes, int32_t kg_start,
+                             int32_t kg_end, int64_t max_timestamp, size_t limit,
+                             std::vector<std::string>* keys) {
+  // The due timers of a range are read into memory: as many as stored, so guarded.
+  return GuardStatus("firing timers", [&] {
+    return PopDue(db, cf, prefix_bytes, kg_start, kg_end, max_timestamp, limit, keys);
+  });
+}
+
 rocksdb::Status NextTimerTimestamp(StateDB* db, int cf, int prefix_bytes, int32_t kg_start,
                                    int32_t kg_end, bool* found, int64_t* timestamp) {
   *found = false;
   const size_t head = static_cast<size_t>(prefix_bytes) + 8;
-  return ForEachGroupHead(
-      db, cf, prefix_bytes, kg_start, kg_end, [&](rocksdb::Iterator* it, const std::string& prefix) {
-        if (it->Valid() && it->key().size() >= head &&
-            std::memcmp(it->key().data(), prefix.data(), prefix.size()) == 0) {
-          const int64_t ts = FromOrderedI64(GetBE64(it->key().data() + prefix_bytes));
-          if (!*found || ts < *timestamp) *timestamp = ts;
-          *found = true;
-        }
-        return true;
-      });
+  auto earliest = [&](rocksdb::Iterator* it, const std::string& prefix) {
+    if (it->Valid() && it->key().size() >= head &&
+        std::memcmp(it->key().data(), prefix.data(), prefix.size()) == 0) {
+      const int64_t ts = FromOrderedI64(GetBE64(it->key().data() + prefix_bytes));
+      if (!*found || ts < *timestamp) *timestamp = ts;
+      *found = true;
+    }
+    return true;
+  };
+  return ForEachGroupHead(db, cf, prefix_bytes, kg_start, kg_end, earliest);
 }
 
 }  // namespace stateengine

@@ -1,6 +1,16 @@
 # NativeBackend: one RocksDB instance plus the composite-key builder of the current key.
 # The Python class stateengine.backend.KeyedStateBackend subclasses it and adds registration,
 # snapshots and the rest of the facade; everything per-access stays here.
+#
+# Thread model. Any thread may call into a backend; the GIL serializes the bindings except
+# where a call releases it around RocksDB. Such a call is fenced: _enter() (GIL held) refuses
+# it once close() began and counts it in _inflight, _leave() uncounts it when the GIL is back.
+# close() marks the backend closed, asks running snapshot writes to stop, waits (GIL released)
+# until no call is inside RocksDB, then StateDB::Close frees every pinned iterator (scan
+# cursors, full snapshots) before RocksDB closes. Point calls that RocksDB answers without
+# waiting hold the GIL from their closed check to their end, so they need no fence.
+
+from posix.unistd cimport usleep
 
 cdef object _NoCurrentKeyError = errors.NoCurrentKeyError
 cdef object _KeyGroupOutOfRangeError = errors.KeyGroupOutOfRangeError
@@ -56,6 +66,8 @@ cdef class NativeBackend:
     cdef bint _single_i64
     cdef bint _single_str
     cdef bint _closed
+    cdef bint _closing
+    cdef int _inflight  # calls inside RocksDB without the GIL (changed with the GIL held)
     cdef int32_t _max_parallelism
     cdef int32_t _kg_start
     cdef int32_t _kg_end
@@ -89,15 +101,67 @@ cdef class NativeBackend:
         self._closed = False
 
     def _native_close(self):
-        cdef CStatus st
+        """Closes RocksDB once no other thread is inside it (see _native_begin_close)."""
+        if self._native_begin_close():
+            self._native_finish_close()
+        else:
+            self._native_wait_closed()
+
+    def _native_begin_close(self) -> bool:
+        """Refuses every later call and iterator step (BackendClosedError) and asks running
+        snapshot writes to stop. True for the caller that began closing, which must call
+        _native_finish_close(); False if the backend was closed or is closing already."""
         if self._closed:
-            return
+            return False
         self._closed = True
+        self._closing = True
         self._current_key = None
-        with nogil:
-            st = self._db.get().Close()
-        self._db.reset()
+        self._db.get().CancelPinned()  # running snapshot writes stop at their next check
+        return True
+
+    def _native_finish_close(self):
+        """Waits (GIL released) until no call is inside RocksDB, then frees pinned iterators
+        and snapshots and closes RocksDB."""
+        cdef CStatus st
+        cdef CStateDB* db = self._db.get()
+        if not self._closing or db == NULL:
+            return
+        try:
+            while self._inflight > 0:
+                with nogil:
+                    usleep(100)
+            with nogil:
+                st = db.Close()
+            self._db.reset()
+        finally:
+            self._closing = False
         check_status(st)
+
+    def _native_wait_closed(self):
+        """Returns once a close begun by another thread has finished."""
+        while self._closing:
+            with nogil:
+                usleep(1000)
+
+    cdef inline CStateDB* _enter(self) except NULL:
+        """The database for a call that releases the GIL; pair with _leave() and let nothing
+        raise in between."""
+        if self._closed:
+            self._check_open()
+        self._inflight += 1
+        return self._db.get()
+
+    cdef inline void _leave(self) noexcept:
+        self._inflight -= 1
+
+    cdef _ScanCursor _new_cursor(self, int cf, bytes lower, bytes upper, bint reverse):
+        """A cursor over [lower, upper) of column family cf as it is now."""
+        cdef _ScanCursor c = _ScanCursor.__new__(_ScanCursor)
+        cdef string lo = lower, hi = upper
+        self._check_open()
+        c._backend = self
+        c._c.reset(new CScanCursor(self._db.get(), cf, lo, hi, reverse))
+        return c
 
     @property
     def closed(self) -> bool:
@@ -128,9 +192,10 @@ cdef class NativeBackend:
 
     def _native_estimate_keys(self) -> int:
         cdef uint64_t n = 0
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            n = self._db.get().EstimateNumKeys()
+            n = db.EstimateNumKeys()
+        self._leave()
         return n
 
     cdef inline int check_key(self) except -1:
@@ -146,6 +211,14 @@ cdef class NativeBackend:
 
     def _native_set_key_codecs(self, tuple codecs, bint is_tuple):
         cdef vector[CCodec] cols
+        if self._has_schema:
+            # Set once: batch calls on other threads read the schema without the GIL. Two
+            # threads may both see a backend without keys and infer the same schema.
+            if codecs == self._key_codecs and is_tuple == self._key_is_tuple:
+                return
+            have = ", ".join(_codec_name(c) for c in self._key_codecs)
+            want = ", ".join(_codec_name(c) for c in codecs)
+            raise _KeyTypeError(f"the backend's keys are ({have}); they cannot become ({want})")
         for c in codecs:
             cols.push_back(<CCodec><int>c)
         self._schema = CKeySchema(cols)
@@ -186,7 +259,7 @@ cdef class NativeBackend:
             CPutBE64(&self._keybuf, <uint64_t>i)
             h = CSparkHashLong(i, kSparkHashSeed)
         elif self._single_str and type(key) is str:
-            p = PyUnicode_AsUTF8AndSize(key, &n)
+            p = _utf8(key, &n, _KeyTypeError)
             CPutVarint(&self._keybuf, <uint64_t>n)
             self._keybuf.append(p, <size_t>n)
             h = CSparkHashBytes(p, <size_t>n, kSparkHashSeed)
@@ -206,6 +279,12 @@ cdef class NativeBackend:
         self._current_key = key
 
     cdef int _encode_key(self, object key, string* out) except -1:
+        try:
+            return self._encode_key_columns(key, out)
+        except _SerializationError as e:  # text without a UTF-8 encoding
+            raise _KeyTypeError(f"key {key!r:.80} cannot be a key: {e}") from None
+
+    cdef int _encode_key_columns(self, object key, string* out) except -1:
         cdef const vector[CCodec]* cols = &self._schema.columns()
         cdef size_t i
         if self._key_is_tuple:
@@ -249,9 +328,10 @@ cdef class NativeBackend:
         cdef CStatus st
         cdef CColumnFamilySpec spec = CMakeColumnFamilySpec(name.encode("utf-8"), merge_kind,
                                                             numeric_op, numeric_codec)
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().CreateColumnFamily(spec, &index)
+            st = db.CreateColumnFamily(spec, &index)
+        self._leave()
         check_status(st)
         return index
 
@@ -263,32 +343,36 @@ cdef class NativeBackend:
         cdef uint64_t n = 0
         cdef CStatus st
         cdef string lo = lower, hi = upper
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Count(cf, lo, hi, &n)
+            st = db.Count(cf, lo, hi, &n)
+        self._leave()
         check_status(st)
         return n
 
     def _native_flush(self):
         cdef CStatus st
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Flush()
+            st = db.Flush()
+        self._leave()
         check_status(st)
 
     def _native_compact(self):
         cdef CStatus st
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().CompactAll()
+            st = db.CompactAll()
+        self._leave()
         check_status(st)
 
     def _native_delete_range(self, int cf, bytes begin, bytes end):
         cdef CStatus st
         cdef string b = begin, e = end
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().DeleteRange(cf, CSlice(b), CSlice(e))
+            st = db.DeleteRange(cf, CSlice(b), CSlice(e))
+        self._leave()
         check_status(st)
 
     # ---- raw access (tests, snapshot tooling, state readers) --------------------------------
@@ -299,9 +383,10 @@ cdef class NativeBackend:
         cdef vector[CKeyValue] out
         cdef CStatus st
         cdef string lo = lower, hi = upper
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Scan(cf, lo, hi, limit, reverse, &out)
+            st = db.Scan(cf, lo, hi, limit, reverse, &out)
+        self._leave()
         check_status(st)
         return [(_to_bytes(kv.key), _to_bytes(kv.value)) for kv in out]
 
@@ -309,9 +394,10 @@ cdef class NativeBackend:
         cdef CPinnableSlice pin
         cdef CStatus st
         cdef string k = key
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Get(cf, CSlice(k), &pin)
+            st = db.Get(cf, CSlice(k), &pin)
+        self._leave()
         if st.IsNotFound():
             return None
         check_status(st)
@@ -320,25 +406,28 @@ cdef class NativeBackend:
     def _raw_put(self, int cf, bytes key, bytes value):
         cdef CStatus st
         cdef string k = key, v = value
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Put(cf, CSlice(k), CSlice(v))
+            st = db.Put(cf, CSlice(k), CSlice(v))
+        self._leave()
         check_status(st)
 
     def _raw_merge(self, int cf, bytes key, bytes value):
         cdef CStatus st
         cdef string k = key, v = value
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Merge(cf, CSlice(k), CSlice(v))
+            st = db.Merge(cf, CSlice(k), CSlice(v))
+        self._leave()
         check_status(st)
 
     def _raw_delete(self, int cf, bytes key):
         cdef CStatus st
         cdef string k = key
-        self._check_open()
+        cdef CStateDB* db = self._enter()
         with nogil:
-            st = self._db.get().Delete(cf, CSlice(k))
+            st = db.Delete(cf, CSlice(k))
+        self._leave()
         check_status(st)
 
     def _parse_state_key(self, bytes raw, int ns_codec, bint has_user_key):
@@ -354,29 +443,67 @@ cdef class NativeBackend:
                 raw[pk.ns_off:pk.ns_off + pk.ns_len], raw[pk.user_key_off:])
 
     def _native_iter_keys(self, int cf, int ns_codec, bytes ns, bint has_user_key):
-        """Yields each key that has an entry in namespace ns, once, in storage order."""
-        cdef CParsedKey pk
-        cdef const char* p
-        cdef size_t n
-        cdef bytes lower = b""
-        cdef bytes last_key = None
+        """Each key that has an entry in namespace ns, once, in storage order, as the state
+        is at this call (writes during the iteration are not seen)."""
         if not self._has_schema:
-            return
-        while True:
-            chunk = self._raw_scan(cf, lower, b"", SCAN_CHUNK, False)
-            for raw, _ in chunk:
-                p = PyBytes_AS_STRING(raw)
-                n = <size_t>PyBytes_GET_SIZE(raw)
+            return iter(())
+        return self._drain_keys(self._new_cursor(cf, b"", b"", False), ns_codec, ns,
+                                has_user_key)
+
+    def _drain_keys(self, _ScanCursor cursor, int ns_codec, bytes ns, bint has_user_key):
+        cdef CParsedKey pk
+        cdef const CKeyValue* kv
+        cdef const char* p
+        cdef size_t i, n
+        cdef string last_key
+        cdef bint have_last = False
+        cdef string want = ns
+        while cursor.fill(SCAN_CHUNK):
+            for i in range(cursor.buf.size()):
+                if self._closed:
+                    self._check_open()
+                kv = &cursor.buf[i]
+                p = kv.key.data()
+                n = kv.key.size()
                 if not CParseStateKey(p, n, self._prefix_bytes, self._schema, <CCodec>ns_codec,
                                       has_user_key, &pk):
-                    raise _CorruptionError(f"stored key {raw[:40]!r} does not fit the state layout")
-                if raw[pk.ns_off:pk.ns_off + pk.ns_len] != ns:
+                    raise _CorruptionError(
+                        f"stored key {PyBytes_FromStringAndSize(p, min(n, 40))!r} does not fit "
+                        f"the state layout")
+                if pk.ns_len != want.size() or (pk.ns_len and
+                        memcmp(p + pk.ns_off, want.data(), pk.ns_len) != 0):
                     continue
-                key_bytes = raw[:pk.key_off + pk.key_len]
-                if key_bytes == last_key:
+                if have_last and last_key.size() == pk.key_off + pk.key_len and \
+                        memcmp(last_key.data(), p, pk.key_off + pk.key_len) == 0:
                     continue
-                last_key = key_bytes
+                last_key.assign(p, pk.key_off + pk.key_len)
+                have_last = True
                 yield decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len)
-            if len(chunk) < SCAN_CHUNK:
-                return
-            lower = chunk[len(chunk) - 1][0] + b"\x00"
+
+
+cdef class _ScanCursor:
+    """Entries of a column-family range as they were when the cursor was created (a pinned
+    RocksDB iterator, csrc/scan_cursor.h), handed over a chunk at a time with the GIL
+    released. Dropping the cursor, exhausting it or closing the backend frees the iterator."""
+    cdef unique_ptr[CScanCursor] _c
+    cdef NativeBackend _backend
+    cdef vector[CKeyValue] buf
+    cdef bint _done
+
+    cdef bint fill(self, size_t limit) except -1:
+        """Replaces buf with the next (up to limit) entries; False once there are none."""
+        cdef CStatus st
+        cdef cbool done = False
+        cdef CStateDB* db
+        self.buf.clear()
+        if self._done:
+            return False
+        db = self._backend._enter()  # BackendClosedError once close() began
+        with nogil:
+            st = self._c.get().Next(limit, &self.buf, &done)
+        self._backend._leave()
+        if done or not st.ok():
+            self._done = True
+            self._c.get().Release()  # unpin memtables and files now, not when collected
+        check_status(st)
+        return not self.buf.empty()

@@ -56,6 +56,7 @@ cdef class _Batch:
     cdef CBatchValues vals
     cdef Py_ssize_t n
     cdef object keys
+    cdef string ns  # a copy of the handle's namespace, which another thread may replace
 
 
 # ---- turning user input into columns ------------------------------------------------------
@@ -157,7 +158,10 @@ cdef _Column _typed_column(object src):
             if col.view.text:
                 if type(item) is not str:
                     return None
-                p = PyUnicode_AsUTF8AndSize(item, &size)
+                p = _AsUTF8AndSize(item, &size)
+                if p == NULL:  # a lone surrogate: the per-row encoders raise the right error
+                    PyErr_Clear()
+                    return None
             else:
                 if type(item) is not bytes:
                     return None
@@ -298,14 +302,19 @@ cdef int _raise_batch_error(NativeState s, const CBatchError& err, object keys, 
             f"its group (stateengine.spark does this)")
     if err.code == kBatchTooLarge:
         raise ValueError("a batch holds at most 2**32 - 1 rows; split it")
+    if err.code == kBatchNoMemory:
+        raise MemoryError(f"state '{s.name}': the batch's keys or values do not fit in memory; "
+                          f"split it")
     if err.code == kBatchCorrupt:
         raise _CorruptionError(
             f"state '{s.name}': the stored value of row {row} is not a valid encoding of its "
             f"serializer")
     exc = _KeyTypeError if where == "key" else _SerializationError
     if err.code == kBatchValueOutOfRange:
-        raise exc(f"{where} {what!r:.80} (row {row}) does not fit the 32-bit 'int' serializer; "
-                  f"nothing was written")
+        codec = (be._schema.columns()[0] if where == "key" else
+                 (<NativeMapState>s)._uk_codec if where == "user key" else s._value_codec)
+        raise exc(f"{where} {what!r:.80} (row {row}) does not fit the 32-bit "
+                  f"'{_codec_name(codec)}' serializer; nothing was written")
     if err.code == kBatchInvalidText:
         raise exc(f"{where} {what!r:.80} (row {row}) is not valid Unicode text; nothing was "
                   f"written")
@@ -342,7 +351,8 @@ cdef _Batch _build(NativeState s, object keys, object user_keys, CCodec uk_codec
     target.max_parallelism = be._max_parallelism
     target.kg_start = be._kg_start
     target.kg_end = be._kg_end
-    target.ns = &s._ns
+    b.ns = s._ns
+    target.ns = &b.ns
     target.ns_variable = s._ns_variable
     with nogil:
         ok = b.kb.Build(target, kcol.view, uview, uk_codec, &err)
@@ -360,9 +370,10 @@ cdef object _values_source(_Batch b, object values):
 
 cdef int _read(NativeState s, _Batch b) except -1:
     cdef CStatus st
-    cdef CStateDB* db = s._backend._db.get()
+    cdef CStateDB* db = s._backend._enter()
     with nogil:
         st = CBatchGet(db, s._cf, b.kb, &b.vals)
+    s._backend._leave()
     return check_status(st)
 
 
@@ -470,9 +481,10 @@ def _value_put_many(NativeValueState s, keys, values):
         return
     src = _values_source(b, values)
     cdef _Column col = _value_column(s, src, s._value_codec, MODE_VALUE)
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, False, False, &err)
+    s._backend._leave()
     _write_status(s, st, err, b, src)
 
 
@@ -489,9 +501,10 @@ def _list_add_many(NativeListState s, keys, values):
     if b.n == 0:
         return
     cdef _Column col = _value_column(s, src, s._value_codec, MODE_ELEMENT)
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchMergeList(db, s._cf, b.kb, col.view, s._value_codec, &err)
+    s._backend._leave()
     _write_status(s, st, err, b, src)
 
 
@@ -540,10 +553,11 @@ def _merging_add_many(NativeState s, keys, values, bint native, int op, bint cou
             col.view.size = b.n
         else:
             col = _value_column(s, src, s._value_codec, MODE_NUMBER)
-        db = s._backend._db.get()
+        db = s._backend._enter()
         with nogil:
             st = CBatchMergeNumbers(db, s._cf, b.kb, col.view, s._value_codec, <CNumericOp>op,
                                     count, &err)
+        s._backend._leave()
         return _write_status(s, st, err, b, src)
     _fold_with_python(s, b, src, aggregating, fn)
 
@@ -585,9 +599,10 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
         encode_value(s._value_codec, acc, &col.buf)
         col.offs.push_back(<int64_t>col.buf.size())
     col.finish_encoded()
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, False, True, &err)
+    s._backend._leave()
     return _write_status(s, st, err, b, src)
 
 
@@ -635,9 +650,10 @@ def _map_put_many(NativeMapState s, keys, user_keys, values):
     if b.n == 0:
         return
     cdef _Column col = _value_column(s, src, s._value_codec, MODE_MAP_VALUE)
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, True, False, &err)
+    s._backend._leave()
     _write_status(s, st, err, b, src)
 
 
@@ -691,8 +707,9 @@ def _rocksdb_floor(NativeState s, keys, str op) -> float:
     cdef _Batch b = _build(s, keys, None, kVoid)
     if b.n == 0:
         return 0.0
-    db = s._backend._db.get()
+    db = s._backend._enter()
     with nogil:
         st = CMeasureFloor(db, s._cf, b.kb, code, &seconds)
+    s._backend._leave()
     check_status(st)
     return seconds

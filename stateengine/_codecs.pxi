@@ -8,12 +8,6 @@ from cpython.float cimport PyFloat_AsDouble, PyFloat_FromDouble
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject, Py_DECREF
-from cpython.exc cimport PyErr_Clear
-
-cdef extern from "Python.h":
-    # Declared without Cython's error check, so that invalid UTF-8 in stored bytes becomes a
-    # CorruptionError without a try block on the hot path.
-    PyObject* _DecodeUTF8 "PyUnicode_DecodeUTF8"(const char*, Py_ssize_t, const char*)
 
 cdef object _np_integer = np.integer
 cdef object _np_floating = np.floating
@@ -108,9 +102,36 @@ CODEC_NAMES = {
 }
 
 
+cdef extern from "Python.h":
+    # The C-API call without Cython's error check: NULL (a UnicodeEncodeError set) for a str
+    # holding a lone surrogate, which _utf8 turns into the caller's error class.
+    const char* _AsUTF8AndSize "PyUnicode_AsUTF8AndSize"(object, Py_ssize_t*)
+    # Likewise NULL for stored bytes that are not UTF-8, which _from_utf8 turns into a
+    # CorruptionError without a try block on the hot path.
+    PyObject* _DecodeUTF8 "PyUnicode_DecodeUTF8"(const char*, Py_ssize_t, const char*)
+
+
+cdef inline const char* _utf8(str s, Py_ssize_t* n, object error) except NULL:
+    """The UTF-8 of s (cached by CPython); error (SerializationError, KeyTypeError) if s holds
+    a lone surrogate, which has no UTF-8 encoding."""
+    cdef const char* p = _AsUTF8AndSize(s, n)
+    if p == NULL:
+        _not_utf8(s, error)
+    return p
+
+
+cdef int _not_utf8(str s, object error) except -1:
+    PyErr_Clear()
+    at = next((i for i, c in enumerate(s) if 0xD800 <= ord(c) <= 0xDFFF), -1)
+    raise error(
+        f"text {s!r:.80} holds a lone surrogate (at position {at}, as surrogateescape decoding "
+        f"of undecodable bytes leaves them) and has no UTF-8 encoding; store such data as "
+        f"bytes (s.encode('utf-8', 'surrogateescape')) or repair the text")
+
+
 cdef inline int _put_str(str s, string* out) except -1:
     cdef Py_ssize_t n
-    cdef const char* p = PyUnicode_AsUTF8AndSize(s, &n)
+    cdef const char* p = _utf8(s, &n, _SerializationError)
     CPutVarint(out, <uint64_t>n)
     out.append(p, <size_t>n)
     return 0
@@ -273,6 +294,8 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
     """Appends the encoding of v under codec to out; raises SerializationError."""
     cdef int64_t i
     cdef double d
+    cdef const char* p
+    cdef Py_ssize_t n
     if codec == kAny:
         return _put_any(v, out)
     if codec == kI64 or codec == kI32 or codec == kOrdI64:
@@ -297,7 +320,7 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
         elif codec == kOrdF64:
             CPutBE64(out, COrderedF64(d))
         else:
-            _put_f32(d, out)
+            _put_f32(d, out, _SerializationError)
         return 0
     if codec == kStr:
         if type(v) is not str:
@@ -319,8 +342,8 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
     if codec == kOrdStr:
         if not isinstance(v, str):
             return _type_error(codec, v)
-        b = (<str>v).encode("utf-8")
-        out.append(PyBytes_AS_STRING(b), <size_t>PyBytes_GET_SIZE(b))
+        p = _utf8(str(v), &n, _SerializationError)
+        out.append(p, <size_t>n)
         return 0
     if codec == kOrdBytes:
         if not isinstance(v, (bytes, bytearray, memoryview)):
@@ -336,11 +359,16 @@ cdef int encode_value(CCodec codec, object v, string* out) except -1:
     raise _SerializationError(f"unknown serializer id {codec}")
 
 
-cdef inline void _put_f32(double d, string* out):
+cdef inline int _put_f32(double d, string* out, object error) except -1:
     cdef float f = <float>d
     cdef uint32_t bits
+    if isinf(f) and not isinf(d) and not isnan(d):  # a finite double beyond float32's range
+        raise error(
+            f"{d!r} is outside the range of the 32-bit 'float' serializer (its largest finite "
+            f"value is 3.4028235e+38); declare the state with float (64 bits) or scale the value")
     memcpy(&bits, &f, 4)
     CPutBE32(out, bits)
+    return 0
 
 
 cdef inline double _get_f32(const char* p):
@@ -365,7 +393,7 @@ cdef object _get_varbytes(const char* p, size_t n, size_t* used):
     return PyBytes_FromStringAndSize(p + head, <Py_ssize_t>body)
 
 
-cdef inline object _utf8(const char* p, Py_ssize_t n):
+cdef inline object _from_utf8(const char* p, Py_ssize_t n):
     cdef PyObject* r = _DecodeUTF8(p, n, "strict")
     if r == NULL:
         PyErr_Clear()
@@ -381,7 +409,7 @@ cdef object _get_varstr(const char* p, size_t n, size_t* used):
     if head == 0 or body > n - head:
         raise _CorruptionError("truncated length-prefixed string")
     used[0] = head + <size_t>body
-    return _utf8(p + head, <Py_ssize_t>body)
+    return _from_utf8(p + head, <Py_ssize_t>body)
 
 
 cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, GateRef gate):
@@ -467,7 +495,7 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, Ga
         return PyFloat_FromDouble(_get_f32(p))
     if codec == kOrdStr:
         used[0] = n
-        return _utf8(p, <Py_ssize_t>n)
+        return _from_utf8(p, <Py_ssize_t>n)
     if codec == kOrdBytes:
         used[0] = n
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
@@ -586,7 +614,7 @@ cdef int encode_key_column(CCodec codec, object v, string* out) except -1:
         if codec == kF64:
             CPutBE64(out, CDoubleBits(d))
         else:
-            _put_f32(d, out)
+            _put_f32(d, out, _KeyTypeError)
         return 0
     if codec == kBytes:
         if not isinstance(v, (bytes, bytearray, memoryview)):

@@ -6,11 +6,13 @@ handling and merge operators live in C++; this module unboxes Python objects, re
 around RocksDB and turns statuses into exceptions (check_status, nowhere else)."""
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.math cimport isinf, isnan
+from libc.string cimport memcmp, memcpy
 from libcpp cimport bool as cbool
 from libcpp.memory cimport unique_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+from cpython.exc cimport PyErr_Clear
 
 from stateengine.includes.libstateengine cimport *
 

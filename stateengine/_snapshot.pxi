@@ -28,8 +28,8 @@ def file_crc32c(str path):
 
 
 cdef class NativeFullSnapshot:
-    """A full snapshot whose synchronous part (a pinned RocksDB snapshot) is done; ``write``
-    is the asynchronous part."""
+    """A full snapshot whose synchronous part (one pinned iterator per column family, all at
+    one sequence number) is done; ``write`` is the asynchronous part."""
     cdef unique_ptr[CFullSnapshotWriter] _writer
     cdef NativeBackend _backend
 
@@ -39,15 +39,16 @@ cdef class NativeFullSnapshot:
         cdef vector[CSnapshotColumn] cols
         cdef CSnapshotColumn c
         cdef NativeFullSnapshot snap = NativeFullSnapshot.__new__(NativeFullSnapshot)
-        backend._check_open()
         for cf, sid in columns:
             c.cf_index = cf
             c.state_id = sid
             cols.push_back(c)
+        backend._check_open()  # the GIL is held from here to the end: close() cannot run
         snap._backend = backend
         snap._writer.reset(new CFullSnapshotWriter(
             backend._db.get(), cols, backend._prefix_bytes, backend._kg_start, backend._kg_end,
             compress))
+        check_status(snap._writer.get().status())
         return snap
 
     def write(self, str path, bytes meta_block, bint durable=True):
@@ -58,12 +59,20 @@ cdef class NativeFullSnapshot:
         cdef vector[CKeyGroupOffset] offsets
         cdef CSnapshotStats stats
         cdef CStatus st
+        cdef NativeBackend be = self._backend
         if self._writer.get() == NULL:
             raise _SnapshotCancelledError("snapshot already released")
+        if be._closed:
+            raise _SnapshotCancelledError(
+                "the backend was closed before the snapshot was written; take a new one")
+        be._enter()
         with nogil:
             st = self._writer.get().Write(p, meta, durable, &offsets, &stats)
+        be._leave()
         if st.IsIncomplete():
-            raise _SnapshotCancelledError("the snapshot was cancelled before it finished")
+            raise _SnapshotCancelledError(
+                "the backend was closed while the snapshot was written" if be._closed else
+                "the snapshot was cancelled before it finished")
         check_status(st)
         return ([(o.key_group, o.offset) for o in offsets],
                 {"entries": stats.entries, "raw_bytes": stats.raw_bytes,
@@ -74,7 +83,7 @@ cdef class NativeFullSnapshot:
             self._writer.get().Cancel()
 
     def release(self):
-        """Unpins the RocksDB snapshot (call only when no write is running)."""
+        """Unpins the iterators (call only when no write is running)."""
         self._writer.reset()
 
 
@@ -83,10 +92,11 @@ def iterate_baseline(NativeBackend backend, list cf_indexes) -> dict:
     cdef vector[int] cfs = cf_indexes
     cdef CSnapshotStats stats
     cdef CStatus st
-    backend._check_open()
+    cdef CStateDB* db = backend._enter()
     with nogil:
-        st = CIterateForBaseline(backend._db.get(), cfs, backend._prefix_bytes, backend._kg_start,
+        st = CIterateForBaseline(db, cfs, backend._prefix_bytes, backend._kg_start,
                                  backend._kg_end, &stats)
+    backend._leave()
     check_status(st)
     return {"entries": stats.entries, "raw_bytes": stats.raw_bytes}
 
@@ -105,7 +115,7 @@ def restore_sections(NativeBackend backend, list files, list sections, str sst_d
     cdef CRestoreStats stats
     cdef CStatus st
     cdef string dir_ = sst_dir.encode("utf-8")
-    backend._check_open()
+    cdef CStateDB* db
     for path, compressed, cfs in files:
         f.path = path.encode("utf-8")
         f.compressed = compressed
@@ -116,8 +126,10 @@ def restore_sections(NativeBackend backend, list files, list sections, str sst_d
         r.key_group = kg
         r.offset = off
         refs.push_back(r)
+    db = backend._enter()
     with nogil:
-        st = CRestoreSections(backend._db.get(), backend._prefix_bytes, fs, refs, dir_, &stats)
+        st = CRestoreSections(db, backend._prefix_bytes, fs, refs, dir_, &stats)
+    backend._leave()
     check_status(st)
     return {"entries": stats.entries, "raw_bytes": stats.raw_bytes, "key_groups": stats.key_groups}
 
@@ -125,19 +137,21 @@ def restore_sections(NativeBackend backend, list files, list sections, str sst_d
 def create_checkpoint(NativeBackend backend, str directory):
     cdef string d = directory.encode("utf-8")
     cdef CStatus st
-    backend._check_open()
+    cdef CStateDB* db = backend._enter()
     with nogil:
-        st = CCreateCheckpoint(backend._db.get(), d)
+        st = CCreateCheckpoint(db, d)
+    backend._leave()
     check_status(st)
 
 
 def clip_to_range(NativeBackend backend):
     """Deletes every key group outside the backend's own range."""
     cdef CStatus st
-    backend._check_open()
+    cdef CStateDB* db = backend._enter()
     with nogil:
-        st = CClipToKeyGroupRange(backend._db.get(), backend._prefix_bytes, backend._kg_start,
+        st = CClipToKeyGroupRange(db, backend._prefix_bytes, backend._kg_start,
                                   backend._kg_end, backend._max_parallelism)
+    backend._leave()
     check_status(st)
 
 
@@ -147,13 +161,20 @@ def copy_key_groups(NativeBackend src, NativeBackend dst, list cf_map, int32_t k
     cdef vector[CIntPair] pairs
     cdef uint64_t n = 0
     cdef CStatus st
-    src._check_open()
-    dst._check_open()
+    cdef CStateDB* sdb
+    cdef CStateDB* ddb
     for a, b in cf_map:
         pairs.push_back(CIntPair(a, b))
+    sdb = src._enter()
+    try:
+        ddb = dst._enter()
+    except BaseException:
+        src._leave()
+        raise
     with nogil:
-        st = CCopyKeyGroupRange(src._db.get(), dst._db.get(), pairs, dst._prefix_bytes, kg_start,
-                                kg_end, &n)
+        st = CCopyKeyGroupRange(sdb, ddb, pairs, dst._prefix_bytes, kg_start, kg_end, &n)
+    dst._leave()
+    src._leave()
     check_status(st)
     return n
 
@@ -168,13 +189,15 @@ def timer_put(NativeBackend backend, int cf, int64_t timestamp, namespace, bint 
     backend.check_key()
     backend.check_writable()
     encode_value(kAny, namespace, &ns)
+    backend.check_key()  # again: encoding may have run Python code (and let close() in)
     backend._builder.get().BuildTimerKey(timestamp, ns, True, &key)
-    db = backend._db.get()
+    db = backend._enter()
     with nogil:
         if delete:
             st = db.Delete(cf, CSlice(key))
         else:
             st = db.Put(cf, CSlice(key), CSlice(b"", 0))
+    backend._leave()
     check_status(st)
 
 
@@ -189,13 +212,16 @@ def timer_pop_due(NativeBackend backend, int cf, int64_t max_timestamp, size_t l
     cdef size_t used
     cdef const char* p
     cdef PickleGate gate
+    cdef CStateDB* db
     backend._check_open()
     backend.check_writable()  # firing deletes the timers: a write like any other
     if not backend._has_schema:
         return []
+    db = backend._enter()
     with nogil:
-        st = CPopDueTimers(backend._db.get(), cf, backend._prefix_bytes, backend._kg_start,
+        st = CPopDueTimers(db, cf, backend._prefix_bytes, backend._kg_start,
                            backend._kg_end, max_timestamp, limit, &keys)
+    backend._leave()
     check_status(st)
     gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
                       "a timer's namespace")
@@ -219,10 +245,11 @@ def timer_next_timestamp(NativeBackend backend, int cf):
     cdef cbool found = False
     cdef int64_t ts = 0
     cdef CStatus st
-    backend._check_open()
+    cdef CStateDB* db = backend._enter()
     with nogil:
-        st = CNextTimerTimestamp(backend._db.get(), cf, backend._prefix_bytes, backend._kg_start,
+        st = CNextTimerTimestamp(db, cf, backend._prefix_bytes, backend._kg_start,
                                  backend._kg_end, &found, &ts)
+    backend._leave()
     check_status(st)
     return ts if found else None
 

@@ -12,6 +12,12 @@ cdef tuple _IMMUTABLE_TYPES = (int, float, str, bytes, bool, type(None), frozens
 # Namespaced raw helpers use this sentinel to mean "the handle's current namespace".
 cdef object _CURRENT = object()
 
+cdef enum:  # what NativeState._blocking repeats
+    OP_GET = 0
+    OP_PUT = 1
+    OP_MERGE = 2
+    OP_DELETE = 3
+
 
 cdef class NativeState:
     cdef NativeBackend _backend
@@ -23,7 +29,6 @@ cdef class NativeState:
     cdef object _namespace
     cdef string _val
     cdef string _scratch_ns
-    cdef CPinnableSlice _pin
     cdef PickleGate _gate
     cdef GateRef _gate_ref  # _gate, borrowed, for the decoders
     cdef readonly object descriptor
@@ -82,14 +87,19 @@ cdef class NativeState:
     # value()). Only when RocksDB would read a file or stall a write (Status::Incomplete, nothing
     # done) is the call repeated with the GIL released.
 
-    cdef int _get(self, const string* key) except -1:
-        """Looks key up into self._pin; 1 if found, 0 if not."""
-        cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
-        cdef CStatus st = db.GetNoWait(self._cf, k, &self._pin)
+    # The non-waiting call holds the GIL from the caller's closed check (in _key()) to its
+    # end, so close() cannot run meanwhile; the blocking retry releases the GIL and is fenced
+    # (_enter/_leave, see _backend.pxi). The retry first copies the key and value: they live
+    # in buffers of the backend and the handle, which another thread may rewrite while this
+    # one is inside RocksDB. Values are read into a pin of the caller's own, for the same
+    # reason.
+
+    cdef int _get(self, const string* key, CPinnableSlice* pin) except -1:
+        """Looks key up into pin; 1 if found, 0 if not."""
+        cdef CStatus st = self._backend._db.get().GetNoWait(
+            self._cf, CSlice(key.data(), key.size()), pin)
         if st.IsIncomplete():
-            with nogil:
-                st = db.Get(self._cf, k, &self._pin)
+            st = self._blocking(OP_GET, key[0], b"", pin)
         if st.ok():
             return 1
         if st.IsNotFound():
@@ -97,39 +107,47 @@ cdef class NativeState:
         return check_status(st)
 
     cdef int _put(self, const string* key, const string* value) except -1:
-        cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
-        cdef CSlice v = CSlice(value.data(), value.size())
         cdef CStatus st
         self._backend.check_writable()
-        st = db.PutNoWait(self._cf, k, v)
+        st = self._backend._db.get().PutNoWait(self._cf, CSlice(key.data(), key.size()),
+                                               CSlice(value.data(), value.size()))
         if st.IsIncomplete():
-            with nogil:
-                st = db.Put(self._cf, k, v)
+            st = self._blocking(OP_PUT, key[0], value[0], NULL)
         return check_status(st)
 
     cdef int _merge(self, const string* key, const string* value) except -1:
-        cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
-        cdef CSlice v = CSlice(value.data(), value.size())
         cdef CStatus st
         self._backend.check_writable()
-        st = db.MergeNoWait(self._cf, k, v)
+        st = self._backend._db.get().MergeNoWait(self._cf, CSlice(key.data(), key.size()),
+                                                 CSlice(value.data(), value.size()))
         if st.IsIncomplete():
-            with nogil:
-                st = db.Merge(self._cf, k, v)
+            st = self._blocking(OP_MERGE, key[0], value[0], NULL)
         return check_status(st)
 
     cdef int _delete(self, const string* key) except -1:
-        cdef CStateDB* db = self._backend._db.get()
-        cdef CSlice k = CSlice(key.data(), key.size())
         cdef CStatus st
         self._backend.check_writable()
-        st = db.DeleteNoWait(self._cf, k)
+        st = self._backend._db.get().DeleteNoWait(self._cf, CSlice(key.data(), key.size()))
         if st.IsIncomplete():
-            with nogil:
-                st = db.Delete(self._cf, k)
+            st = self._blocking(OP_DELETE, key[0], b"", NULL)
         return check_status(st)
+
+    cdef CStatus _blocking(self, int op, string key, string value, CPinnableSlice* pin):
+        """The call repeated with the GIL released, fenced against close(), on copies of key
+        and value (taken as arguments by value)."""
+        cdef CStatus st
+        cdef CStateDB* db = self._backend._enter()
+        with nogil:
+            if op == OP_GET:
+                st = db.Get(self._cf, CSlice(key), pin)
+            elif op == OP_PUT:
+                st = db.Put(self._cf, CSlice(key), CSlice(value))
+            elif op == OP_MERGE:
+                st = db.Merge(self._cf, CSlice(key), CSlice(value))
+            else:
+                st = db.Delete(self._cf, CSlice(key))
+        self._backend._leave()
+        return st
 
     def clear(self) -> None:
         """Removes the value of the current key and namespace."""
@@ -137,8 +155,9 @@ cdef class NativeState:
 
     # Raw access in any namespace of the current key; namespace merging is built on these.
     def _raw_get_in(self, namespace=_CURRENT):
-        if self._get(self._key_in(namespace)):
-            return PyBytes_FromStringAndSize(self._pin.data(), <Py_ssize_t>self._pin.size())
+        cdef CPinnableSlice pin
+        if self._get(self._key_in(namespace), &pin):
+            return PyBytes_FromStringAndSize(pin.data(), <Py_ssize_t>pin.size())
         return None
 
     def _raw_put_in(self, bytes value, namespace=_CURRENT):
@@ -172,8 +191,9 @@ cdef class NativeValueState(NativeState):
 
     def value(self):
         """The value of the current key and namespace, or the descriptor's default."""
-        if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            return decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return _deepcopy(self._default) if self._copy_default else self._default
 
     def update(self, value) -> None:
@@ -225,8 +245,9 @@ cdef class NativeListState(NativeState):
 
     def get(self) -> list:
         """The elements of the current key and namespace ([] if none)."""
-        if self._get(self._key()):
-            return decode_list(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            return decode_list(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return []
 
     def add(self, value) -> None:
@@ -304,13 +325,15 @@ cdef class NativeReducingState(NativeState):
 
     def get(self):
         """The reduced value of the current key and namespace, or None."""
-        if self._get(self._key()):
-            return decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            return decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return None
 
     def add(self, value) -> None:
         """Folds value into the state: a merge for native reducers, else read-modify-write."""
         cdef const string* key
+        cdef CPinnableSlice pin
         if value is None:
             raise _NullElementError(f"reducing state '{self.name}' does not accept None")
         self._val.clear()
@@ -319,8 +342,8 @@ cdef class NativeReducingState(NativeState):
             self._merge(self._key(), &self._val)
             return
         key = self._key()
-        if self._get(key):
-            current = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
+        if self._get(key, &pin):
+            current = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
             value = self._reduce(current, value)
             key = self._key()  # the reduce function may have touched other state
         encode_value(self._value_codec, value, &self._val)
@@ -342,13 +365,15 @@ cdef class NativeAggregatingState(NativeState):
 
     def get(self):
         """The aggregate's result for the current key and namespace, or None."""
-        if self._get(self._key()):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
+        cdef CPinnableSlice pin
+        if self._get(self._key(), &pin):
+            acc = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
             return self._fn.get_result(acc)
         return None
 
     def add(self, value) -> None:
         cdef const string* key
+        cdef CPinnableSlice pin
         if value is None:
             raise _NullElementError(f"aggregating state '{self.name}' does not accept None")
         self._val.clear()
@@ -357,8 +382,8 @@ cdef class NativeAggregatingState(NativeState):
             self._merge(self._key(), &self._val)
             return
         key = self._key()
-        if self._get(key):
-            acc = decode_whole(self._value_codec, self._pin.data(), self._pin.size(), self._gate_ref)
+        if self._get(key, &pin):
+            acc = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         else:
             acc = self._fn.create_accumulator()
         acc = self._fn.add(value, acc)
@@ -416,9 +441,9 @@ cdef class NativeMapState(NativeState):
 
     def get(self, user_key):
         """The value under user_key, or None."""
-        if self._get(self._entry_key(user_key)):
-            return _decode_map_value(self._value_codec, self._pin.data(), self._pin.size(),
-                                     self._gate_ref)
+        cdef CPinnableSlice pin
+        if self._get(self._entry_key(user_key), &pin):
+            return _decode_map_value(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return None
 
     def put(self, user_key, value) -> None:
@@ -442,13 +467,15 @@ cdef class NativeMapState(NativeState):
         if keys.empty():
             return
         self._backend.check_writable()
-        db = self._backend._db.get()
+        db = self._backend._enter()
         with nogil:
             st = db.PutMany(self._cf, keys, vals)
+        self._backend._leave()
         check_status(st)
 
     def contains(self, user_key) -> bool:
-        return self._get(self._entry_key(user_key)) == 1
+        cdef CPinnableSlice pin
+        return self._get(self._entry_key(user_key), &pin) == 1
 
     def remove(self, user_key) -> None:
         self._delete(self._entry_key(user_key))
@@ -457,18 +484,26 @@ cdef class NativeMapState(NativeState):
         """Removes every entry of the current key and namespace."""
         cdef CStatus st
         cdef string prefix = self._key()[0]
-        cdef CStateDB* db = self._backend._db.get()
+        cdef CStateDB* db
         self._backend.check_writable()
+        db = self._backend._enter()
         with nogil:
             st = db.DeletePrefix(self._cf, prefix)
+        self._backend._leave()
         check_status(st)
 
     def is_empty(self) -> bool:
         prefix = self._prefix()
         return not self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, False)
 
+    # Iteration sees the map as it is when keys()/values()/entries() (or head/tail/sub) is
+    # called: the entries come from one RocksDB iterator pinned at that moment, so puts and
+    # removes during the iteration neither appear in it nor end or lengthen it (like
+    # iterating over list(d.items()), where a dict would raise instead).
+
     def entries(self):
-        """(user key, value) pairs in stored order, fetched lazily in chunks."""
+        """(user key, value) pairs in stored order, as the map is at this call; fetched
+        lazily in chunks; changes made while iterating are not seen."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, _successor(prefix), False, ENTRIES)
 
@@ -476,10 +511,12 @@ cdef class NativeMapState(NativeState):
         return self.entries()
 
     def keys(self):
+        """User keys in stored order, as the map is at this call (see entries())."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, _successor(prefix), False, KEYS)
 
     def values(self):
+        """Values in user-key order, as the map is at this call (see entries())."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, _successor(prefix), False, VALUES)
 
@@ -487,29 +524,41 @@ cdef class NativeMapState(NativeState):
         return self.keys()
 
     def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
-        cdef Py_ssize_t plen = len(prefix)
+        cursor = self._backend._new_cursor(self._cf, lower, upper, reverse)
+        return self._drain(cursor, len(prefix), what)
+
+    def _drain(self, _ScanCursor cursor, size_t plen, int what):
         cdef CCodec ukc = self._uk_codec, vc = self._value_codec
         cdef GateRef gate = self._gate_ref
-        cdef bytes k, v
-        while True:
-            chunk = self._backend._raw_scan(self._cf, lower, upper, SCAN_CHUNK, reverse)
-            for k, v in chunk:
+        cdef NativeBackend be = self._backend
+        cdef const CKeyValue* kv
+        cdef size_t i
+        while cursor.fill(SCAN_CHUNK):
+            for i in range(cursor.buf.size()):
+                if be._closed:
+                    be._check_open()
+                kv = &cursor.buf[i]
                 if what == VALUES:
-                    yield _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v), gate)
+                    yield _decode_map_value(vc, kv.value.data(), kv.value.size(), gate)
                     continue
-                uk = decode_whole(ukc, PyBytes_AS_STRING(k) + plen, <size_t>(PyBytes_GET_SIZE(k) - plen),
-                                  gate)
+                if kv.key.size() < plen:
+                    raise _CorruptionError("a map entry's key is shorter than its prefix")
+                uk = decode_whole(ukc, kv.key.data() + plen, kv.key.size() - plen, gate)
                 if what == KEYS:
                     yield uk
                 else:
-                    yield (uk, _decode_map_value(vc, PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v),
-                                                 gate))
-            if len(chunk) < SCAN_CHUNK:
-                return
-            if reverse:
-                upper = chunk[len(chunk) - 1][0]
-            else:
-                lower = chunk[len(chunk) - 1][0] + b"\x00"
+                    yield (uk, _decode_map_value(vc, kv.value.data(), kv.value.size(), gate))
+
+    cdef object _one_entry(self, bint last):
+        cdef bytes prefix = self._prefix()
+        chunk = self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, last)
+        if not chunk:
+            return None
+        k, v = chunk[0]
+        return (decode_whole(self._uk_codec, PyBytes_AS_STRING(k) + len(prefix),
+                             <size_t>(PyBytes_GET_SIZE(k) - len(prefix)), self._gate_ref),
+                _decode_map_value(self._value_codec, PyBytes_AS_STRING(v),
+                                  <size_t>PyBytes_GET_SIZE(v), self._gate_ref))
 
 
 cdef bytes _successor(bytes prefix):
@@ -528,26 +577,24 @@ cdef class NativeSortedMapState(NativeMapState):
 
     def first_entry(self):
         """The entry with the smallest user key, or None."""
-        prefix = self._prefix()
-        return next(self._iter(prefix, prefix, _successor(prefix), False, ENTRIES), None)
+        return self._one_entry(False)
 
     def last_entry(self):
         """The entry with the largest user key, or None."""
-        prefix = self._prefix()
-        return next(self._iter(prefix, prefix, _successor(prefix), True, ENTRIES), None)
+        return self._one_entry(True)
 
     def head(self, to_key):
-        """Entries with user key < to_key, in order."""
+        """Entries with user key < to_key, in order, as the map is at this call."""
         prefix = self._prefix()
         return self._iter(prefix, prefix, self._bound(prefix, to_key), False, ENTRIES)
 
     def tail(self, from_key):
-        """Entries with user key >= from_key, in order."""
+        """Entries with user key >= from_key, in order, as the map is at this call."""
         prefix = self._prefix()
         return self._iter(prefix, self._bound(prefix, from_key), _successor(prefix), False, ENTRIES)
 
     def sub(self, from_key, to_key):
-        """Entries with from_key <= user key < to_key, in order."""
+        """Entries with from_key <= user key < to_key, in order, as the map is at this call."""
         prefix = self._prefix()
         return self._iter(prefix, self._bound(prefix, from_key), self._bound(prefix, to_key),
                           False, ENTRIES)

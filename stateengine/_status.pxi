@@ -9,5 +9,7 @@ cdef int check_status(const CStatus& st) except -1:
         return 0
     msg = st.ToString().decode("utf-8", "replace")
     if st.IsCorruption():
-        raise _CorruptionError(f"RocksDB reported corruption: {msg}")
+        raise _CorruptionError(msg)  # names the file and what was wrong
+    if st.IsMemoryLimit():  # csrc/status_guard.h: an allocation failed, nothing was applied
+        raise MemoryError(msg)
     raise _StorageError(f"RocksDB error: {msg}")

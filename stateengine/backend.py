@@ -6,13 +6,15 @@ space, as in Flink: state survives through snapshots and checkpoints, never thro
 directory, which is why the write-ahead log is off.
 
 A backend is used by one thread at a time (like a Flink task); snapshots run their
-asynchronous part on another thread without touching the current key.
+asynchronous part on another thread without touching the current key. Other threads may still
+call it, and may close it while calls run: see "Thread model" in the README.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from typing import Any, Iterator
 
@@ -99,6 +101,9 @@ class KeyedStateBackend(_native.NativeBackend):
                cf_metas: list[dict], require_empty: bool = True,
                allow_pickle: bool = False) -> None:
         self._allow_pickle = bool(allow_pickle)
+        # Held from a snapshot's or checkpoint's sync part until it is tracked, and by close()
+        # while it refuses further calls: close() then waits for every tracked one.
+        self._lifecycle = threading.Lock()
         self._max_parallelism = check_max_parallelism(max_parallelism)
         # `is None`, not `or`: an empty range has len() 0 and must stay empty, not become all
         kgr = KeyGroupRange.all(max_parallelism) if key_group_range is None else key_group_range
@@ -161,7 +166,7 @@ class KeyedStateBackend(_native.NativeBackend):
     @property
     def state_names(self) -> list[str]:
         """Every keyed state this backend holds: registered now or restored from a snapshot."""
-        return [n for n in self._cf_index if not n.startswith("__")]
+        return [n for n in list(self._cf_index) if not n.startswith("__")]  # one atomic copy
 
     def state_meta(self, name: str) -> dict:
         meta = self._cf_metas.get(name)
@@ -178,8 +183,8 @@ class KeyedStateBackend(_native.NativeBackend):
         if cf is None:
             full = dict(meta, name=name)
             cf = self._native_create_cf(*_cf_spec(full))
+            self._cf_metas[name] = full  # meta before index: snapshots list the index
             self._cf_index[name] = cf
-            self._cf_metas[name] = full
         return cf
 
     def _ensure_cf(self, meta: dict, source: str) -> int:
@@ -193,8 +198,8 @@ class KeyedStateBackend(_native.NativeBackend):
                 raise IncompatibleStateError(f"{source}: {conflict}")
             return self._cf_index[name]
         cf = self._native_create_cf(*_cf_spec(meta))
+        self._cf_metas[name] = dict(meta)  # meta before index: snapshots list the index
         self._cf_index[name] = cf
-        self._cf_metas[name] = dict(meta)
         return cf
 
     def _check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
@@ -236,7 +241,8 @@ class KeyedStateBackend(_native.NativeBackend):
         cf = self._cf_index.get(name)
         if cf is None:
             cf = self._native_create_cf(*_cf_spec(want))
-            self._cf_index[name] = cf
+            self._cf_metas[name] = want  # before the index: a snapshot on another thread
+            self._cf_index[name] = cf  # lists the index, then reads each meta
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
@@ -290,8 +296,10 @@ class KeyedStateBackend(_native.NativeBackend):
                  compress: bool = True) -> AsyncSnapshot[FullSnapshotHandle]:
         """Starts a full snapshot (savepoint layout) to ``name`` under ``target`` (a directory
         or URI). Writes after this call returns are not in it; ``result()`` gives the handle."""
-        self.timer_service._return_in_flight()
-        return take_full_snapshot(self, as_storage(target), name, compress)
+        storage = as_storage(target)
+        with self._lifecycle:
+            self.timer_service._return_in_flight()
+            return take_full_snapshot(self, storage, name, compress)
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
                    private_dir: str | None = None, manifest_path: str | None = None,
@@ -303,9 +311,11 @@ class KeyedStateBackend(_native.NativeBackend):
         into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
         private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
                                   f"{uuid.uuid4().hex[:12]}")
-        self.timer_service._return_in_flight()
-        return self._checkpointer.checkpoint(checkpoint_id, as_storage(target), private,
-                                             manifest_path, shared_dir, extra)
+        storage = as_storage(target)
+        with self._lifecycle:
+            self.timer_service._return_in_flight()
+            return self._checkpointer.checkpoint(checkpoint_id, storage, private, manifest_path,
+                                                 shared_dir, extra)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms checkpoint ``checkpoint_id`` (see IncrementalCheckpointer)."""
@@ -381,11 +391,18 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def close(self) -> None:
         """Cancels running snapshots, then closes RocksDB; every later call on the backend or
-        its handles raises BackendClosedError. The working directory stays (see ``dispose``)."""
-        if self.closed:
+        its handles raises BackendClosedError. Calls running on other threads finish first (or
+        raise BackendClosedError at their next step); a second close() waits for the first.
+        The working directory stays (see ``dispose``)."""
+        with self._lifecycle:
+            began = self._native_begin_close()
+        if not began:
+            self._native_wait_closed()
             return
-        self._wait_pending(cancel=True)
-        self._native_close()
+        try:
+            self._wait_pending(cancel=True)
+        finally:
+            self._native_finish_close()
 
     def dispose(self) -> None:
         """Closes the backend and deletes its working directory."""

@@ -19,6 +19,10 @@ from .reducers import NativeReducer
 from .serializers import Codec
 
 RESERVED_PREFIX = "__"
+# Longest state name, in UTF-8 bytes. Snapshot metas store a name's length in 16 bits; names
+# are also column family names, written into RocksDB's MANIFEST and every checkpoint manifest,
+# so the limit stays far below that.
+MAX_STATE_NAME_BYTES = 1024
 
 
 class StateKind(str, Enum):
@@ -42,8 +46,21 @@ _NUMERIC_CODECS = (Codec.ANY, Codec.BIGINT, Codec.DOUBLE)
 
 
 def validate_state_name(name: Any) -> str:
+    """name if it can name a state: a non-empty str of at most MAX_STATE_NAME_BYTES UTF-8
+    bytes (no lone surrogates), neither 'default' nor starting with '__'."""
     if not isinstance(name, str) or not name:
-        raise StateRegistrationError(f"a state name must be a non-empty str, got {name!r}")
+        raise StateRegistrationError(f"a state name must be a non-empty str, got {name!r:.80}")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise StateRegistrationError(
+            f"state name {name!r:.80} is not valid Unicode text (it holds a lone surrogate at "
+            f"position {e.start}, as surrogateescape decoding leaves them) and cannot be stored "
+            f"as UTF-8; use a name of valid characters") from None
+    if size > MAX_STATE_NAME_BYTES:
+        raise StateRegistrationError(
+            f"state name {name[:40]!r}... is {size} UTF-8 bytes long; state names may be at "
+            f"most {MAX_STATE_NAME_BYTES} bytes, use a shorter name")
     if name == "default":
         raise StateRegistrationError(
             "'default' is RocksDB's reserved column family name and cannot name a state; "

@@ -6,10 +6,18 @@ processing time) reaches its timestamp, and is stored in its own column family w
 key group. Timers are part of every snapshot and move with their key group when rescaling.
 Registering the same (timestamp, key, namespace) twice keeps one timer.
 
-Firing follows Flink's queue: each timer fires when it is the earliest one queued, so due
-timers registered (or deleted) while firing take effect within the same advance, and timers
-not yet fired when the caller stops iterating stay registered (also in a snapshot taken
-between two fired timers).
+Firing follows Flink's queue: each timer fires when it is the earliest one queued, so a due
+timer registered (or deleted) while firing takes effect within the same advance if it lies
+ahead of the timer firing, and timers not yet fired when the caller stops iterating stay
+registered (also in a snapshot taken between two fired timers).
+
+One difference from Flink keeps every advance finite: a timer registered while firing for a
+time at or before that of the timer firing (the timer re-registering itself, or any timer in
+the past) is kept and fires at the next advance. Flink adds it to its queue, where it is at
+once the earliest again, so a callback that re-registers its own timer never lets
+``advanceWatermark`` return. Timers registered for later due times still fire in the same
+advance, in time order, as in Flink (a periodic timer catches up over a watermark jump); as
+each of them is later than the timer that registered it, an advance always ends.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ class _Firing:
     """Due timers already taken out of RocksDB but not yet fired, as a heap in time order.
 
     Timers registered or deleted while firing must take effect within the same advance, as
-    in Flink, where each fired timer is the earliest one queued at that moment."""
+    in Flink, where each fired timer is the earliest one queued at that moment; those at or
+    before the timer firing wait in ``deferred`` for the next advance."""
 
     def __init__(self, up_to: int) -> None:
         self.up_to = up_to
@@ -46,12 +55,16 @@ class _Firing:
         self.idents: set[tuple[int, Any, bytes]] = set()
         self.seq = itertools.count()
         self.registered_min: int | None = None  # earliest due timer registered while firing
+        self.firing_at: int | None = None  # timestamp of the timer fired last
+        # (timestamp, key, namespace bytes) -> (timestamp, key, namespace): registered while
+        # firing at or before firing_at; written back when the advance ends
+        self.deferred: dict[tuple[int, Any, bytes], tuple[int, Any, Any]] = {}
 
     def push(self, ts: int, key: Any, ns: Any) -> None:
         ns_bytes = _native.encode_for_codec(_ANY, ns)
         ident = (ts, key, ns_bytes)
-        if ident in self.idents:  # registered again while waiting: it fires once
-            return
+        if ident in self.idents or ident in self.deferred:
+            return  # registered again while waiting (it fires once), or kept for the next advance
         self.idents.add(ident)
         heapq.heappush(self.heap, (ts, next(self.seq), key, ns, ns_bytes))
 
@@ -109,16 +122,21 @@ class TimerService:
     def _put(self, name: str, timestamp: int, namespace: Any, delete: bool) -> None:
         cf = self._cf(name)
         firing = self._firing.get(name)
-        if firing is not None and timestamp <= firing.up_to and firing.heap:
+        if firing is not None and timestamp <= firing.up_to:
+            ident = (timestamp, self._backend.get_current_key(),
+                     _native.encode_for_codec(_ANY, namespace))
             if delete:
-                # The timer may wait in the heap: put the heap back, so the delete applies
-                # to RocksDB alone, and refill from there.
-                self._put_back(cf, firing)
+                firing.deferred.pop(ident, None)
+                if firing.heap:
+                    # The timer may wait in the heap: put the heap back, so the delete applies
+                    # to RocksDB alone, and refill from there.
+                    self._put_back(cf, firing)
+            elif ident in firing.idents:
+                return  # it is queued to fire already; one timer, as in Flink
+            elif firing.firing_at is not None and timestamp <= firing.firing_at:
+                firing.deferred[ident] = (timestamp, ident[1], namespace)  # next advance
+                return
             else:
-                ident = (timestamp, self._backend.get_current_key(),
-                         _native.encode_for_codec(_ANY, namespace))
-                if ident in firing.idents:
-                    return  # it is queued to fire already; one timer, as in Flink
                 firing.registered_min = (timestamp if firing.registered_min is None
                                          else min(firing.registered_min, timestamp))
         _native.timer_put(self._backend, cf, timestamp, namespace, delete)
@@ -127,8 +145,10 @@ class TimerService:
         """Fires every event-time timer with timestamp <= watermark, in time order.
 
         Each timer is removed, then the backend's current key is set to the timer's key and the
-        timer is yielded; timers registered while iterating fire too if they are due, deleted
-        ones do not fire, and stopping early keeps the timers not yet fired.
+        timer is yielded; timers registered while iterating fire too if they are due and later
+        than the timer being fired (those at or before it fire at the next advance, so every
+        advance ends), deleted ones do not fire, and stopping early keeps the timers not yet
+        fired.
         """
         self._watermark = max(self._watermark, _ts(watermark))
         return self._fire(EVENT_TIME_CF, watermark)
@@ -153,6 +173,7 @@ class TimerService:
                     if not firing.heap:
                         return
                 ts, key, ns = firing.pop()
+                firing.firing_at = ts
                 self._backend.set_current_key(key)
                 yield Timer(ts, key, ns)
         finally:
@@ -160,7 +181,7 @@ class TimerService:
                 self._firing.pop(name, None)
             else:
                 self._firing[name] = outer
-            if firing.heap:  # iteration stopped early: the unfired timers stay registered
+            if firing.heap or firing.deferred:  # unfired and deferred timers stay registered
                 try:
                     self._put_back(cf, firing)
                 except StateEngineError:
@@ -168,18 +189,23 @@ class TimerService:
 
     def _return_in_flight(self) -> None:
         """Puts timers taken out for firing but not fired yet back into RocksDB, so that a
-        snapshot's sync point sees them; a running advance refills from RocksDB."""
+        snapshot's sync point sees them; a running advance refills from RocksDB (and leaves
+        the deferred ones for the next advance)."""
         for name, firing in list(self._firing.items()):
-            if firing.heap:
+            if firing.heap or firing.deferred:
                 self._put_back(self._cf(name), firing)
 
     def _put_back(self, cf: int, firing: _Firing) -> None:
-        """Writes the timers waiting in the heap back to RocksDB (keeping the current key)."""
+        """Writes the timers waiting in the heap back to RocksDB, and the deferred ones
+        (which stay deferred), keeping the current key."""
         backend = self._backend
         current = backend.get_current_key()
         try:
             while firing.heap:
                 ts, key, ns = firing.pop()
+                backend.set_current_key(key)
+                _native.timer_put(backend, cf, ts, ns, False)
+            for ts, key, ns in list(firing.deferred.values()):
                 backend.set_current_key(key)
                 _native.timer_put(backend, cf, ts, ns, False)
         finally:

@@ -1,8 +1,9 @@
-"""Shared fixtures: throwaway backends in pytest's tmp dirs and one local SparkSession.
+"""Shared fixtures: throwaway backends in pytest's tmp dirs, one local SparkSession and one
+Spark Connect session (to a server the tests start).
 
-The Spark fixture is session-scoped because starting a JVM costs seconds; every test that uses
-it is marked ``spark`` automatically (``-m "not spark"`` skips them explicitly, nothing is
-skipped silently).
+The Spark fixtures are session-scoped because starting a JVM costs seconds; every test that uses
+one is marked ``spark`` automatically, and ``connect`` for the Connect session (``-m "not spark"``
+or ``-m "not connect"`` deselect them explicitly, nothing is skipped silently).
 """
 
 from __future__ import annotations
@@ -53,7 +54,34 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server that the tests start: a separate JVM on 127.0.0.1
+    (``local[2,4]``, the classic session's confs); see tests/spark_connect.py. Needs
+    pyspark >= 4.0 (3.5's pip package ships no Connect server)."""
+    from tests.spark_connect import ConnectServer
+
+    server = ConnectServer(str(tmp_path_factory.mktemp("connect-server") / "server.log"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect(connect_server):
+    """A Spark Connect client session to ``connect_server``."""
+    try:
+        session = connect_server.session()
+    except ImportError as e:  # the client's packages are missing: an error, never a skip
+        pytest.fail(f"the Spark Connect client does not import ({e}); install the spark extras "
+                    f"with `pip install -e '.[test,spark]'`", pytrace=False)
+    yield session
+    session.stop()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if {"spark", "connect", "connect_server"} & set(fixtures):
             item.add_marker(pytest.mark.spark)
+        if {"connect", "connect_server"} & set(fixtures):
+            item.add_marker(pytest.mark.connect)

@@ -3,7 +3,9 @@
 Timers belong to (timestamp, key, namespace); registering the same one twice keeps one;
 advancing the watermark fires every timer with timestamp <= watermark in time order, across
 all key groups, with the backend's current key set to the timer's key. Timers registered or
-deleted while firing take effect within the same advance, as in Flink.
+deleted while firing take effect within the same advance, as in Flink, except that a timer
+registered at or before the timer firing waits for the next advance, so that every advance
+ends (in Flink, a timer that re-registers itself fires forever).
 """
 
 from __future__ import annotations
@@ -124,10 +126,11 @@ def test_event_and_processing_time_are_independent(backend):
 
 
 def test_timers_registered_while_firing(backend):
-    """A due timer registered by a firing timer fires in the same advance; each timer fires
-    only when it is the earliest one queued (Flink polls its timer queue one by one), so a
-    timer registered in the past fires right away and one between queued timers fires between
-    them; a timer beyond the watermark waits."""
+    """A due timer registered by a firing timer for a later time fires in the same advance,
+    when it is the earliest one queued (Flink polls its timer queue one by one), so one
+    between queued timers fires between them; a timer beyond the watermark waits, and one at
+    or before the timer firing (the timer itself, or one in the past) fires at the next
+    advance."""
     ts = backend.timer_service
     for key, t in ((1, 10), (2, 20), (3, 30), (4, 40)):
         register(backend, key, t)
@@ -137,14 +140,63 @@ def test_timers_registered_while_firing(backend):
         if timer.key == 1 and len(order) == 1:
             # the current key is the timer's key: these belong to key 1
             ts.register_event_time_timer(25)   # due, between 20 and 30
-            ts.register_event_time_timer(10)   # due at the current time
+            ts.register_event_time_timer(10)   # the timer firing: next advance
             ts.register_event_time_timer(100)  # not due
         if timer.key == 2:
             backend.set_current_key(9)
-            ts.register_event_time_timer(5)    # due, earlier than the current timer
-    assert order == [(10, 1), (10, 1), (20, 2), (5, 9), (25, 1), (30, 3)]
-    assert ts.num_event_time_timers() == 2  # 40 and 100
-    assert ts.next_event_time() == 40
+            ts.register_event_time_timer(5)    # due, earlier than the timer firing: next advance
+    assert order == [(10, 1), (20, 2), (25, 1), (30, 3)]
+    assert ts.num_event_time_timers() == 4  # 5, 10 (kept for the next advance), 40 and 100
+    assert ts.next_event_time() == 5
+    assert fired(ts.advance_watermark(35), backend) == [(5, 9, None), (10, 1, None)]
+
+
+def test_a_timer_that_re_registers_itself_fires_once_per_advance(backend):
+    """In Flink such a callback loops forever: the timer is at once the earliest again."""
+    ts = backend.timer_service
+    register(backend, 1, 10, "w")
+    register(backend, 2, 10, "w")
+    for _ in range(3):
+        got = []
+        for timer in ts.advance_watermark(100):
+            got.append((timer.timestamp, timer.key))
+            assert len(got) < 10, "the advance does not end"
+            ts.register_event_time_timer(timer.timestamp, "w")  # itself
+            backend.set_current_key(3 - timer.key)
+            ts.register_event_time_timer(timer.timestamp, "w")  # the other (queued, or fired)
+        assert sorted(got) == [(10, 1), (10, 2)]
+        assert ts.num_event_time_timers() == 2
+
+
+def test_every_advance_ends_whatever_the_callbacks_register(backend):
+    """Fresh timers at and before the one firing, on several keys, wait for the next advance."""
+    ts = backend.timer_service
+    register(backend, 1, 0)
+    per_advance = []
+    for _ in range(2):
+        n = 0
+        for timer in ts.advance_watermark(1 << 40):
+            n += 1
+            assert n < 1000, "the advance does not end"
+            for k in (1, 2):
+                backend.set_current_key(k)
+                ts.register_event_time_timer(timer.timestamp, namespace=f"{n}-{k}")
+                ts.register_event_time_timer(timer.timestamp - 1, namespace=f"{n}-{k}-past")
+        per_advance.append(n)
+    assert per_advance == [1, 4]
+    assert ts.num_event_time_timers() == 16
+
+
+def test_a_periodic_timer_catches_up_over_a_watermark_jump(backend):
+    """Timers registered for later due times fire in the same advance, as in Flink."""
+    ts = backend.timer_service
+    register(backend, 1, 100)
+    got = []
+    for timer in ts.advance_watermark(1000):
+        got.append(timer.timestamp)
+        ts.register_event_time_timer(timer.timestamp + 100)
+    assert got == list(range(100, 1001, 100))
+    assert ts.next_event_time() == 1100
 
 
 def test_timers_deleted_while_firing_do_not_fire(backend):
@@ -322,15 +374,23 @@ def test_firing_matches_flinks_timer_queue(tmp_path_factory, steps):
             _, watermark, actions, stop = step
             want, got = [], []
             # reference run on a copy of the actions' effects, computed first
-            ref_queue = set(queue)
+            # (registrations at or before the timer firing wait for the next advance)
+            ref_queue, deferred = set(queue), set()
             i = 0
             while ref_queue and min(ref_queue) <= watermark and (stop is None or i < stop):
                 t = min(ref_queue)
                 ref_queue.discard(t)
                 want.append(t)
                 for kind, t2 in (actions[i] if i < len(actions) else []):
-                    (ref_queue.add if kind == "register" else ref_queue.discard)(t2)
+                    if kind == "delete":
+                        ref_queue.discard(t2)
+                        deferred.discard(t2)
+                    elif t2 <= t and t2 not in ref_queue:
+                        deferred.add(t2)
+                    else:
+                        ref_queue.add(t2)
                 i += 1
+            ref_queue |= deferred
             gen = ts.advance_watermark(watermark)
             while stop is None or len(got) < stop:
                 timer = next(gen, None)

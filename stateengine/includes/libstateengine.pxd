@@ -17,6 +17,7 @@ cdef extern from "rocksdb/status.h" namespace "rocksdb" nogil:
         cbool IsIOError()
         cbool IsInvalidArgument()
         cbool IsIncomplete()
+        cbool IsMemoryLimit()
         string ToString()
 
 
@@ -149,8 +150,8 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         @staticmethod
         bint bottommost_filters()
         CStatus Close()
+        void CancelPinned()
         CStatus CreateColumnFamily(const CColumnFamilySpec&, int*)
-        CStatus DropColumnFamily(int)
         int FindColumnFamily(const string&)
         size_t num_column_families()
         const CColumnFamilySpec& spec(int)
@@ -174,6 +175,13 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         uint64_t EstimateNumKeys()
 
     string CPrefixSuccessor "stateengine::PrefixSuccessor"(const string&)
+
+
+cdef extern from "scan_cursor.h" namespace "stateengine" nogil:
+    cdef cppclass CScanCursor "stateengine::ScanCursor":
+        CScanCursor(CStateDB*, int, string, string, cbool) except +
+        CStatus Next(size_t, vector[CKeyValue]*, cbool*)
+        void Release()
 
 
 cdef extern from "<utility>" namespace "std" nogil:
@@ -203,7 +211,9 @@ cdef extern from "snapshot_writer.h" namespace "stateengine" nogil:
         uint32_t file_crc32c
 
     cdef cppclass CFullSnapshotWriter "stateengine::FullSnapshotWriter":
-        CFullSnapshotWriter(CStateDB*, vector[CSnapshotColumn], int, int32_t, int32_t, cbool)
+        CFullSnapshotWriter(CStateDB*, vector[CSnapshotColumn], int, int32_t, int32_t,
+                            cbool) except +
+        const CStatus& status()
         CStatus Write(const string&, const string&, cbool, vector[CKeyGroupOffset]*,
                       CSnapshotStats*)
         void Cancel()
@@ -267,6 +277,7 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
     int kBatchBadKey "stateengine::kBatchBadKey"
     int kBatchCorrupt "stateengine::kBatchCorrupt"
     int kBatchTooLarge "stateengine::kBatchTooLarge"
+    int kBatchNoMemory "stateengine::kBatchNoMemory"
 
     cdef cppclass CColumnView "stateengine::ColumnView":
         int kind

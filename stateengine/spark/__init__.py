@@ -1,5 +1,6 @@
 """stateengine inside Spark: route rows to the partition owning their key group and run
-stateful pandas functions there, batch after batch (needs pyspark >= 4.1)."""
+stateful pandas functions there, batch after batch (pyspark 3.5 to 4.x, classic sessions and
+Spark Connect)."""
 
 from .apply import apply_with_state, map_with_state
 from .context import BatchContext, GroupContext

@@ -27,19 +27,20 @@ from ..descriptors import StateDescriptor, check_no_pickle
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, check_partition, \
-    key_codecs_for, key_columns, route
+    default_num_partitions, key_codecs_for, key_columns, route
 from .runtime import TaskConfig, TaskState, guarded
 
 _FLUSH_ROWS = 16_384
 
 
-def _schema(schema: T.StructType | str) -> T.StructType:
+def _schema(df: DataFrame, schema: T.StructType | str) -> T.StructType:
+    """The output schema as a StructType. A DDL string is parsed by the DataFrame's own session
+    (an empty DataFrame of that schema), which works alike on classic and Connect sessions."""
     if isinstance(schema, T.StructType):
         return schema
-    parsed = T._parse_datatype_string(schema)
-    if not isinstance(parsed, T.StructType):
-        raise ValueError(f"schema must describe rows (a struct), got {schema!r}")
-    return parsed
+    if not isinstance(schema, str):
+        raise ValueError(f"schema must be a StructType or a DDL string, got {schema!r}")
+    return df.sparkSession.createDataFrame([], schema).schema
 
 
 def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescriptor],
@@ -54,7 +55,7 @@ def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescr
         for d in states:  # refuse on the driver, not in every task
             check_no_pickle(d)
     cols = key_columns(key)
-    n = num_partitions or min(max_parallelism, df.sparkSession.sparkContext.defaultParallelism)
+    n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
     return TaskConfig(
         checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id, num_partitions=n,
         max_parallelism=max_parallelism, key_cols=cols, key_codecs=key_codecs_for(df, cols),
@@ -154,14 +155,15 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     key). After all keys, event-time timers up to ``watermark`` and processing-time timers up
     to ``processing_time`` fire through ``on_timer(key, timer, ctx)`` (only when ``on_timer``
     is given). State lives in ``checkpoint`` (a directory or URI every executor can reach) under
-    ``operator_id``; ``num_partitions`` may change between batches (state is redistributed by
-    key group) but ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
+    ``operator_id``; ``num_partitions`` (default: ``spark.sql.shuffle.partitions`` capped at
+    ``max_parallelism``) may change between batches (state is redistributed by key group) but
+    ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
     worker's budget; ``bottommost_bloom_filters`` keeps Bloom filters on every level, for
     states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
     ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
     they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
     """
-    out = _schema(schema)
+    out = _schema(df, schema)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, watermark=watermark, processing_time=processing_time,
                   min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
@@ -210,7 +212,7 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, routing, rescaling and ``allow_pickle`` behave as in ``apply_with_state``."""
-    out = _schema(schema)
+    out = _schema(df, schema)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, min_versions_to_retain=min_versions_to_retain,
                   local_dir=local_dir, memory_budget_mb=memory_budget_mb,

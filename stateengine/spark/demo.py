@@ -107,7 +107,8 @@ def _save_watermark(checkpoint: str, batch_id: int, max_event_ms: int | None) ->
 
 def _quiet_intentional_stop(spark: Any) -> None:
     """The query ends by raising StopDemo; Spark would log that as an error with a stack trace.
-    Real failures still reach us through awaitTermination."""
+    Real failures still reach us through awaitTermination. (The demo's own classic session
+    setup; the library never touches the JVM.)"""
     jvm = spark.sparkContext._jvm
     level = jvm.org.apache.logging.log4j.Level.OFF
     for name in ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
@@ -164,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
             operator_id="sessions")
         target = os.path.join(checkpoint, "output", f"batch={batch_id}")
         out.write.mode("overwrite").parquet(target)
-        written = spark.read.parquet(target).groupBy("kind").count().collect()
+        # the batch's own session: nothing in the query path needs the driver's SparkContext
+        written = batch_df.sparkSession.read.parquet(target).groupBy("kind").count().collect()
         counts = {r["kind"]: r["count"] for r in written}
         mark_batch_committed(os.path.join(checkpoint, "state"), batch_id, args.partitions,
                              "sessions")

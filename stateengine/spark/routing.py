@@ -2,25 +2,46 @@
 
 The key group is computed by Spark itself, ``pmod(hash(key cols...), max_parallelism)``, and
 the engine computes the same number natively (tests compare both), so task ``p`` of ``N`` sees
-exactly the keys of ``KeyGroupRange.for_operator(p, N, max_parallelism)``. Rows are placed
-with ``DataFrame.repartitionById`` (pyspark >= 4.1), no hash partitioner involved.
+exactly the keys of ``KeyGroupRange.for_operator(p, N, max_parallelism)``.
+
+Rows are placed on partition ``__se_pid`` in one of two exact ways:
+
+* ``DataFrame.repartitionById(N, __se_pid)`` where the DataFrame has it (pyspark >= 4.1,
+  classic and Connect): the partition id is taken as is.
+* otherwise (pyspark 3.5 and 4.0) ``repartition(N, __se_route)``, a plain hash repartition whose
+  partition is ``pmod(hash(__se_route), N)`` (Spark's ``HashPartitioning``). The driver picks,
+  with the engine's Spark-identical hash, one int ``r_p`` per partition with
+  ``pmod(hash(r_p), N) == p`` and maps ``__se_pid`` to it, so every row lands on its partition
+  by construction. A repartition with an explicit partition count is one that adaptive query
+  execution never coalesces or splits (it only does that to shuffles Spark added itself or to
+  ``rebalance``/``repartition`` without a count).
+
+Everything is written as SQL text (``selectExpr``, column names), never as ``Column`` objects,
+so the same code serves classic sessions and Spark Connect sessions, even side by side in one
+process.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+import numbers
+from typing import Any, Sequence
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .. import _native
 from ..errors import KeyTypeError
 from ..keygroups import check_max_parallelism
 from ..serializers import Codec
 
 KG_COL = "__se_kg"
 PID_COL = "__se_pid"
-INTERNAL_COLS = (KG_COL, PID_COL)
+ROUTE_COL = "__se_route"
+INTERNAL_COLS = (KG_COL, PID_COL, ROUTE_COL)
+
+# "auto": by id where the DataFrame can, else by hash. The others force one way (tests).
+ROUTING_METHODS = ("auto", "by_id", "hash")
 
 _KEY_CODECS: dict[type, Codec] = {
     T.LongType: Codec.BIGINT, T.IntegerType: Codec.INT, T.ShortType: Codec.INT,
@@ -34,6 +55,11 @@ def key_columns(key: str | Sequence[str]) -> list[str]:
     if not cols or not all(isinstance(c, str) for c in cols):
         raise ValueError(f"key must name one or more columns, got {key!r}")
     return cols
+
+
+def quote(name: str) -> str:
+    """A column name as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def key_codecs_for(df: DataFrame, cols: list[str]) -> tuple[int, ...]:
@@ -53,35 +79,96 @@ def key_codecs_for(df: DataFrame, cols: list[str]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def default_num_partitions(spark: Any, max_parallelism: int) -> int:
+    """``spark.sql.shuffle.partitions`` capped at ``max_parallelism``.
+
+    Spark's own stateful operators keep one state partition per shuffle partition; a SQL conf
+    also reads the same on classic and Connect sessions (no SparkContext needed)."""
+    raw = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        n = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"spark.sql.shuffle.partitions is {raw!r}, not a number of partitions; "
+                         f"pass num_partitions= to choose the state's partition count") from None
+    return max(1, min(n, check_max_parallelism(max_parallelism)))
+
+
+def _check_partitions(num_partitions: int, max_parallelism: int) -> int:
+    """num_partitions as a Python int (numpy ints too; Spark's calls want int itself)."""
+    check_max_parallelism(max_parallelism)
+    if isinstance(num_partitions, bool) or not isinstance(num_partitions, numbers.Integral) or \
+            not 1 <= num_partitions <= max_parallelism:
+        raise ValueError(f"num_partitions {num_partitions!r} must be an int in [1, "
+                         f"max_parallelism={max_parallelism}]")
+    return int(num_partitions)
+
+
 def with_routing_columns(df: DataFrame, key: str | Sequence[str], num_partitions: int,
                          max_parallelism: int) -> DataFrame:
     """Adds ``__se_kg`` = pmod(hash(keys), maxP) and ``__se_pid`` = kg * N div maxP."""
     cols = key_columns(key)
-    check_max_parallelism(max_parallelism)
-    if not 1 <= num_partitions <= max_parallelism:
-        raise ValueError(f"num_partitions {num_partitions} must lie in [1, max_parallelism="
-                         f"{max_parallelism}]")
-    hashed = F.hash(*[F.col(c) for c in cols])
-    kg = F.pmod(hashed, F.lit(max_parallelism))
-    return (df.withColumn(KG_COL, kg)
-              .withColumn(PID_COL, F.expr(f"{KG_COL} * {num_partitions} div {max_parallelism}")
-                          .cast("int")))
+    num_partitions = _check_partitions(num_partitions, max_parallelism)
+    hashed = f"hash({', '.join(quote(c) for c in cols)})"
+    return (df.drop(*INTERNAL_COLS)
+              .selectExpr("*", f"pmod({hashed}, {max_parallelism}) AS {KG_COL}")
+              .selectExpr("*", f"CAST({KG_COL} * {num_partitions} div {max_parallelism} AS INT) "
+                               f"AS {PID_COL}"))
+
+
+@functools.lru_cache(maxsize=256)
+def hash_routing_values(num_partitions: int) -> tuple[int, ...]:
+    """``r_p`` for each partition ``p``: the smallest int >= 0 with
+    ``pmod(hash(r_p), num_partitions) == p``, hash being Spark SQL's ``hash()`` of an int.
+
+    Spark's int hash is a bijection of the 32-bit ints, so every residue has values and the
+    scan ends after about N * ln(N) hashes (30 ms for N = 1000)."""
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    codecs = (int(Codec.INT),)
+    found = [-1] * num_partitions
+    missing, r = num_partitions, 0
+    while missing:
+        p = _native.spark_hash(r, codecs) % num_partitions  # Python's % is Spark's pmod here
+        if found[p] < 0:
+            found[p] = r
+            missing -= 1
+        r += 1
+    return tuple(found)
+
+
+def routing_method(df: DataFrame, method: str = "auto") -> str:
+    """"by_id" where the DataFrame has ``repartitionById`` (checked on the object, so a Connect
+    DataFrame answers for its own client), else "hash"."""
+    if method not in ROUTING_METHODS:
+        raise ValueError(f"routing method must be one of {', '.join(ROUTING_METHODS)}, "
+                         f"got {method!r}")
+    if method == "auto":
+        return "by_id" if callable(getattr(df, "repartitionById", None)) else "hash"
+    return method
 
 
 def route(df: DataFrame, key: str | Sequence[str], num_partitions: int,
-          max_parallelism: int) -> DataFrame:
+          max_parallelism: int, method: str = "auto") -> DataFrame:
     """Rows placed so that partition p holds exactly the key groups of operator p of N.
 
     Spark runs a task for every one of the N partitions, empty ones included (each must
-    commit its version); tasks check that their rows carry their own partition id.
+    commit its version); tasks check that their rows carry their own partition id. ``method``
+    picks the placement ("auto": ``repartitionById`` where available, else the hash route).
     """
+    how = routing_method(df, method)
+    num_partitions = _check_partitions(num_partitions, max_parallelism)
     routed = with_routing_columns(df, key, num_partitions, max_parallelism)
-    return routed.repartitionById(num_partitions, F.col(PID_COL))
+    if how == "by_id":
+        return routed.repartitionById(num_partitions, PID_COL)
+    values = ", ".join(map(str, hash_routing_values(num_partitions)))
+    routed = routed.selectExpr(
+        "*", f"CAST(element_at(array({values}), {PID_COL} + 1) AS INT) AS {ROUTE_COL}")
+    return routed.repartition(num_partitions, ROUTE_COL)
 
 
 def check_partition(pdf, partition_id: int) -> None:  # pandas DataFrame
-    """Guards against any placement but repartitionById's (state would land in the wrong
-    backend): every row must carry this task's partition id."""
+    """Guards against any placement but route()'s (state would land in the wrong backend):
+    every row must carry this task's partition id."""
     if len(pdf) and (pdf[PID_COL].to_numpy() != partition_id).any():
         raise RuntimeError(
             f"rows routed to partition {partition_id} carry other partition ids; the "

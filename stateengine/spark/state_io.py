@@ -31,7 +31,8 @@ from ..descriptors import StateDescriptor, StateKind, check_no_pickle
 from ..errors import UnknownStateError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec, to_json
-from .routing import check_no_null_keys, key_codecs_for, key_columns, route
+from .routing import check_no_null_keys, check_partition, default_num_partitions, \
+    key_codecs_for, key_columns, route
 from .runtime import TaskConfig, guarded
 
 _SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
@@ -161,7 +162,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
         check_no_pickle(descriptor)
     cols = key_columns(key)
     extra = [c for c in (value, user_key, namespace) if c]
-    n = num_partitions or min(max_parallelism, df.sparkSession.sparkContext.defaultParallelism)
+    n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
     cfg = TaskConfig(checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id,
                      num_partitions=n, max_parallelism=max_parallelism, key_cols=cols,
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
@@ -180,6 +181,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
         for pdf in batches:
             if not len(pdf):
                 continue
+            check_partition(pdf, task.partition_id)
             check_no_null_keys(pdf, cols)
             keys = list(zip(*[pdf[c].tolist() for c in cols])) if len(cols) > 1 else pdf[cols[0]].tolist()
             values = pdf[value].tolist()
