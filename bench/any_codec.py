@@ -10,6 +10,13 @@ the same process and every measurement alternates between the two builds, round 
 so load on a shared machine hits both alike. Each figure is the best of the rounds, in ns per
 call. Primitive values (int, float, str, bool, bytes) must cost the same in both; the
 container rows show what a tuple, list or dict costs.
+
+Instruction counts do not depend on load: ``--loop CASE N`` makes N update() then N value()
+calls of one case and nothing else, for callgrind (inclusive cost of each wrapper / N)::
+
+    valgrind --tool=callgrind --toggle-collect='*NativeValueState_3value*' \
+        --toggle-collect='*NativeValueState_5update*' python bench/any_codec.py --loop int 2000
+    callgrind_annotate --inclusive=yes callgrind.out.<pid> | grep -E 'NativeValueState_(3value|5update)'
 """
 
 from __future__ import annotations
@@ -62,15 +69,31 @@ def callables(pkg, scratch: str) -> dict:
     return out
 
 
+def loop(pkg, label: str, n: int) -> None:
+    value = dict(CASES)[label]
+    backend = pkg.KeyedStateBackend(os.path.join(tempfile.mkdtemp(), "db"), key_type=int)
+    backend.set_current_key(1)
+    state = backend.get_state(pkg.ValueStateDescriptor("v"))
+    for _ in range(n):
+        state.update(value)
+    for _ in range(n):
+        state.value()
+    backend.dispose()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--against", help="directory with another built stateengine package")
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--loop", nargs=2, metavar=("CASE", "N"), help="only N update() and value() "
+                   "calls of one case (for callgrind)")
     p.add_argument("--number", type=int, default=50_000)
     args = p.parse_args()
     import stateengine
 
+    if args.loop:
+        return loop(stateengine, args.loop[0], int(args.loop[1]))
     builds = {"this": stateengine}
     if args.against:
         builds["other"] = load_baseline(args.against)
