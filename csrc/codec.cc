@@ -19,6 +19,67 @@ bool FixedLength(size_t width, size_t n, size_t* len) {
   return true;
 }
 
+// Length of the kAny element at p. Containers recurse at most kMaxAnyDepth levels, and each
+// element takes at least one byte, so a count larger than the bytes left is malformed before
+// any element is visited: the work is linear in n whatever the counts claim.
+bool AnyLength(const char* p, size_t n, int depth, size_t* len) {
+  if (n < 1) return false;
+  size_t body = 0;
+  switch (static_cast<uint8_t>(p[0])) {
+    case kTagNone:
+    case kTagFalse:
+    case kTagTrue:
+      *len = 1;
+      return true;
+    case kTagInt:
+    case kTagFloat:
+      if (!FixedLength(8, n - 1, &body)) return false;
+      break;
+    case kTagPickle:
+      if (depth > 0) return false;  // only ever a whole value, never inside a container
+      [[fallthrough]];
+    case kTagStr:
+    case kTagBytes:
+      if (!VarLength(p + 1, n - 1, &body)) return false;
+      break;
+    case kTagBigInt: {
+      // Only ints outside int64 take this tag, and those need at least 9 bytes.
+      uint64_t size;
+      const size_t head = GetVarint(p + 1, n - 1, &size);
+      if (head == 0 || size < 9 || size > n - 1 - head) return false;
+      body = head + static_cast<size_t>(size);
+      break;
+    }
+    case kTagTuple:
+    case kTagList:
+    case kTagDict: {
+      if (depth >= kMaxAnyDepth) return false;
+      uint64_t count;
+      const size_t head = GetVarint(p + 1, n - 1, &count);
+      if (head == 0) return false;
+      size_t pos = 1 + head;
+      const size_t left = n - pos;
+      if (p[0] == kTagDict) {
+        if (count > left / 2) return false;
+        count *= 2;
+      } else if (count > left) {
+        return false;
+      }
+      for (uint64_t i = 0; i < count; ++i) {
+        size_t item = 0;
+        if (!AnyLength(p + pos, n - pos, depth + 1, &item)) return false;
+        pos += item;
+      }
+      *len = pos;
+      return true;
+    }
+    default:
+      return false;
+  }
+  *len = 1 + body;
+  return true;
+}
+
 }  // namespace
 
 bool ElementLength(Codec codec, const char* p, size_t n, size_t* len) {
@@ -43,31 +104,8 @@ bool ElementLength(Codec codec, const char* p, size_t n, size_t* len) {
     case kOrdBytes:
       *len = n;
       return true;
-    case kAny: {
-      if (n < 1) return false;
-      size_t body = 0;
-      bool ok = false;
-      switch (static_cast<AnyTag>(p[0])) {
-        case kTagNone:
-        case kTagFalse:
-        case kTagTrue:
-          ok = true;
-          break;
-        case kTagInt:
-        case kTagFloat:
-          ok = FixedLength(8, n - 1, &body);
-          break;
-        case kTagStr:
-        case kTagBytes:
-        case kTagPickle:
-          ok = VarLength(p + 1, n - 1, &body);
-          break;
-        default:
-          ok = false;
-      }
-      *len = 1 + body;
-      return ok;
-    }
+    case kAny:
+      return AnyLength(p, n, 0, len);
     default:
       return false;
   }

@@ -29,16 +29,26 @@ constexpr Codec kOrdStr = 12;    // raw UTF-8 (bytewise order == code point orde
 constexpr Codec kOrdBytes = 13;  // raw bytes, not self-delimiting
 constexpr Codec kCodecCount = 14;
 
+// Tags of the kAny codec; persisted, so a value never changes meaning. Tags 8-11 (format 2)
+// hold containers natively: their elements are kAny encodings themselves (never kTagPickle),
+// each count is a varint bounded by the bytes that follow, and nesting stops at kMaxAnyDepth.
 enum AnyTag : uint8_t {
   kTagNone = 0,
-  kTagInt = 1,
-  kTagFloat = 2,
-  kTagStr = 3,
-  kTagBytes = 4,
+  kTagInt = 1,     // int64, 8 bytes big-endian
+  kTagFloat = 2,   // IEEE-754 bits, 8 bytes big-endian
+  kTagStr = 3,     // varint length + UTF-8
+  kTagBytes = 4,   // varint length + raw bytes
   kTagFalse = 5,
   kTagTrue = 6,
-  kTagPickle = 7,
+  kTagPickle = 7,  // varint length + pickle: written before format 2 only, read on opt-in
+  kTagBigInt = 8,  // varint length + minimal big-endian two's complement (ints beyond int64)
+  kTagTuple = 9,   // varint count + count elements
+  kTagList = 10,   // varint count + count elements
+  kTagDict = 11,   // varint count + count (key, value) element pairs
 };
+
+// Containers nest at most this deep; deeper input is refused on write and malformed on read.
+constexpr int kMaxAnyDepth = 64;
 
 // ---- primitive writers/readers (inline: they sit in every hot loop) ----
 

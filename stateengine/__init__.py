@@ -17,8 +17,8 @@ from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapSt
                           StateKind, ValueStateDescriptor)
 from .errors import (BackendClosedError, CheckpointNotFoundError, CorruptionError,
                      IllegalStoreStateError, IncompatibleStateError, KeyGroupOutOfRangeError,
-                     KeyTypeError, NoCurrentKeyError, NullElementError, SerializationError,
-                     StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
+                     KeyTypeError, NoCurrentKeyError, NullElementError, PickleNotAllowedError,
+                     SerializationError, StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
 from .functions import AggregateFunction
 from .checkpoint.storage import CheckpointStorage
 from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
@@ -38,10 +38,11 @@ __all__ = [
     "CheckpointNotFoundError", "CorruptionError", "IllegalStoreStateError",
     "IncompatibleStateError", "KeyGroupOutOfRangeError", "KeyGroupRange", "KeyTypeError",
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
-    "NoCurrentKeyError", "NullElementError", "ReducingState", "ReducingStateDescriptor",
-    "SerializationError", "SortedMapState", "SortedMapStateDescriptor", "StateDescriptor",
-    "StateEngineError", "StateKind", "StateRegistrationError", "StorageError",
-    "UnknownStateError", "ValueState", "ValueStateDescriptor", "aggregates",
-    "assign_key_group", "configure_bloom_filters", "configure_memory", "key_group_prefix_bytes",
-    "memory_usage", "operator_for_key_group", "reducers", "spark_hash",
+    "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
+    "ReducingStateDescriptor", "SerializationError", "SortedMapState",
+    "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
+    "StateRegistrationError", "StorageError", "UnknownStateError", "ValueState",
+    "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
+    "configure_memory", "key_group_prefix_bytes", "memory_usage", "operator_for_key_group",
+    "reducers", "spark_hash",
 ]

@@ -76,6 +76,7 @@ cdef class NativeBackend:
     cdef object _current_key
     cdef tuple _key_codecs
     cdef object _sealed  # None, or why writes are refused (a committed/aborted StateStore)
+    cdef public bint _allow_pickle  # readers of this backend may unpickle (PickleGate)
 
     def __cinit__(self):
         self._closed = True

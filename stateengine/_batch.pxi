@@ -463,7 +463,7 @@ def _value_get_many(NativeValueState s, keys):
         fv[row] = b.vals.found[g]
         if fv[row]:
             p = _group_data(b, g, &n)
-            ov[row] = decode_whole(s._value_codec, p, n)
+            ov[row] = decode_whole(s._value_codec, p, n, s._gate_ref)
         else:
             ov[row] = _deepcopy(s._default) if s._copy_default else s._default
     return out, found
@@ -523,7 +523,7 @@ def _list_get_many(NativeListState s, keys) -> list:
         g = group_of[row]
         if b.vals.found[g]:
             p = _group_data(b, g, &n)
-            out.append(decode_list(s._value_codec, p, n))
+            out.append(decode_list(s._value_codec, p, n, s._gate_ref))
         else:
             out.append([])
     return out
@@ -584,7 +584,7 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
         have = b.vals.found[g]
         if have:
             p = _group_data(b, <uint32_t>g, &n)
-            acc = decode_whole(s._value_codec, p, n)
+            acc = decode_whole(s._value_codec, p, n, s._gate_ref)
         elif aggregating:
             acc = fn.create_accumulator()
         else:
@@ -630,7 +630,7 @@ def _merging_get_many(NativeState s, keys, bint typed, fn):
         fv[row] = b.vals.found[g]
         if fv[row]:
             p = _group_data(b, g, &n)
-            acc = decode_whole(s._value_codec, p, n)
+            acc = decode_whole(s._value_codec, p, n, s._gate_ref)
             ov[row] = acc if fn is None else fn.get_result(acc)
         else:
             ov[row] = None
@@ -679,7 +679,7 @@ def _map_get_many(NativeMapState s, keys, user_keys):
         fv[row] = b.vals.found[g]
         if fv[row]:
             p = _group_data(b, g, &n)
-            ov[row] = _decode_map_value(s._value_codec, p, n)
+            ov[row] = _decode_map_value(s._value_codec, p, n, s._gate_ref)
         else:
             ov[row] = None
     return out, found

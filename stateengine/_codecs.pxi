@@ -1,10 +1,13 @@
 # Python objects <-> the byte encodings of csrc/codec.h. The layouts live in C++; this file
 # only unboxes and boxes Python objects, so scalars never pass through Python-level code.
+# Nothing here unpickles on its own: a stored pickle goes to the reader's PickleGate, which
+# refuses unless the reader opted in (allow_pickle=True).
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.float cimport PyFloat_AsDouble, PyFloat_FromDouble
-from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_AsUTF8AndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport PyObject, Py_DECREF
 
 cdef object _np_integer = np.integer
 cdef object _np_floating = np.floating
@@ -12,11 +15,84 @@ cdef object _np_bool = np.bool_
 cdef object _np_float32 = np.float32
 cdef object _np_int64 = np.int64
 cdef object _np_small_ints = (np.int32, np.int16, np.int8, np.uint16, np.uint8)
+cdef object _np_str = np.str_
+cdef object _np_bytes = np.bytes_
 cdef object _pickle_dumps = pickle.dumps
 cdef object _pickle_loads = pickle.loads
+cdef object _int_from_bytes = int.from_bytes
 cdef object _SerializationError = errors.SerializationError
 cdef object _KeyTypeError = errors.KeyTypeError
 cdef object _CorruptionError = errors.CorruptionError
+cdef object _PickleNotAllowedError = errors.PickleNotAllowedError
+
+MAX_NESTING = kMaxAnyDepth
+
+# What a reader does with a stored pickle (PickleGate.mode).
+PICKLE_REFUSE = 0   # raise PickleNotAllowedError: the default everywhere
+PICKLE_ALLOW = 1    # unpickle: only when the reader passed allow_pickle=True
+PICKLE_OPAQUE = 2   # return the pickle's bytes as a PickledValue (stateengine dump)
+
+
+cdef class PickledValue:
+    """The bytes of a stored pickle that was not unpickled (``stateengine dump`` without
+    ``--allow-pickle`` shows values this way)."""
+    cdef readonly bytes data
+
+    def __init__(self, bytes data):
+        self.data = data
+
+    def __eq__(self, other):
+        return isinstance(other, PickledValue) and (<PickledValue>other).data == self.data
+
+    def __hash__(self):
+        return hash((PickledValue, self.data))
+
+    def __repr__(self):
+        return f"PickledValue({len(self.data)} bytes)"
+
+
+cdef class PickleGate:
+    """Whether one reader (a state handle, the timer service, a dump) may unpickle.
+
+    Decoders consult it only on the pickle branch (a PICKLE-typed state, or an ANY value that
+    an earlier version pickled), so it costs nothing on every other read. ``what`` names the
+    data in the error ("state 'x'")."""
+    cdef readonly int mode
+    cdef readonly str what
+
+    def __init__(self, int mode, str what):
+        if mode not in (PICKLE_REFUSE, PICKLE_ALLOW, PICKLE_OPAQUE):
+            raise ValueError(f"unknown pickle mode {mode}")
+        self.mode = mode
+        self.what = what
+
+
+# Decoders take the reader's gate as a borrowed pointer (its owner, a state handle or the
+# caller, keeps it alive): passing an object would cost a reference count on every read.
+ctypedef PyObject* GateRef
+
+
+cdef inline GateRef gate_ref(PickleGate gate):
+    if gate is None:
+        return <GateRef>NULL
+    return <GateRef>gate
+
+
+cdef object _unpickle(GateRef ref, const char* p, size_t n):
+    cdef PickleGate gate = <PickleGate>ref if ref != NULL else None
+    data = PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
+    if gate is not None and gate.mode == PICKLE_ALLOW:
+        return _pickle_loads(data)
+    if gate is not None and gate.mode == PICKLE_OPAQUE:
+        return PickledValue(data)
+    what = gate.what if gate is not None else "stored data"
+    raise _PickleNotAllowedError(
+        f"{what} holds a pickled value ({n} bytes), and unpickling runs code from the "
+        f"checkpoint; it was not unpickled. If you trust where the checkpoint came from, open "
+        f"the reader with allow_pickle=True (KeyedStateBackend, KeyedStateBackend.restore, "
+        f"StateStoreProvider, the stateengine.spark functions, `stateengine dump "
+        f"--allow-pickle`); values pickled by an earlier version are converted to the native "
+        f"encoding when such a checkpoint is restored with allow_pickle=True")
 
 CODEC_NAMES = {
     kVoid: "void", kAny: "any", kI64: "bigint", kF64: "double", kStr: "string",
@@ -30,6 +106,9 @@ cdef extern from "Python.h":
     # The C-API call without Cython's error check: NULL (a UnicodeEncodeError set) for a str
     # holding a lone surrogate, which _utf8 turns into the caller's error class.
     const char* _AsUTF8AndSize "PyUnicode_AsUTF8AndSize"(object, Py_ssize_t*)
+    # Likewise NULL for stored bytes that are not UTF-8, which _from_utf8 turns into a
+    # CorruptionError without a try block on the hot path.
+    PyObject* _DecodeUTF8 "PyUnicode_DecodeUTF8"(const char*, Py_ssize_t, const char*)
 
 
 cdef inline const char* _utf8(str s, Py_ssize_t* n, object error) except NULL:
@@ -76,7 +155,8 @@ cdef inline int _as_int64(object v, int64_t* out) except -1:
     out[0] = PyLong_AsLongLongAndOverflow(v, &overflow)
     if overflow:
         raise _SerializationError(
-            f"integer {v} does not fit in 64 bits; use value_type=object to pickle it")
+            f"integer {v} does not fit in 64 bits; declare the state with value_type=object "
+            f"(the default serializer stores integers of any size)")
     return 0
 
 
@@ -93,6 +173,9 @@ cdef int _put_pickle(object v, string* out) except -1:
 
 
 cdef int _put_any(object v, string* out) except -1:
+    """The ANY encoding of v. The builtin scalars come first, in order of how common they are
+    in state (this is every scalar update's path); containers after them. encode_value is its
+    only caller, so the compiler inlines it there: keep it that way."""
     cdef int64_t i
     cdef int overflow = 0
     cdef type t = type(v)
@@ -102,8 +185,7 @@ cdef int _put_any(object v, string* out) except -1:
             out.push_back(<char>kTagInt)
             CPutBE64(out, <uint64_t>i)
             return 0
-        out.push_back(<char>kTagPickle)
-        return _put_pickle(v, out)
+        return _put_bigint(v, out)
     if t is float:
         out.push_back(<char>kTagFloat)
         CPutBE64(out, CDoubleBits(PyFloat_AsDouble(v)))
@@ -125,16 +207,76 @@ cdef int _put_any(object v, string* out) except -1:
         return 0
     if isinstance(v, _np_integer):
         i = PyLong_AsLongLongAndOverflow(int(v), &overflow)
-        if not overflow:
-            out.push_back(<char>kTagInt)
-            CPutBE64(out, <uint64_t>i)
-            return 0
-    elif isinstance(v, _np_floating):
+        if overflow:
+            return _put_bigint(int(v), out)
+        out.push_back(<char>kTagInt)
+        CPutBE64(out, <uint64_t>i)
+        return 0
+    if isinstance(v, _np_floating):
         out.push_back(<char>kTagFloat)
         CPutBE64(out, CDoubleBits(<double>float(v)))
         return 0
-    out.push_back(<char>kTagPickle)
-    return _put_pickle(v, out)
+    return _put_composite(v, out, 0)
+
+
+cdef int _put_bigint(object v, string* out) except -1:
+    """An int outside int64: minimal big-endian two's complement (so equal ints, e.g. as
+    namespaces or user keys, always have equal bytes)."""
+    cdef Py_ssize_t size = (v.bit_length() + 8) // 8
+    body = (<object>v).to_bytes(size, "big", signed=True)
+    out.push_back(<char>kTagBigInt)
+    CPutVarint(out, <uint64_t>size)
+    out.append(PyBytes_AS_STRING(body), <size_t>size)
+    return 0
+
+
+cdef int _put_element(object v, string* out, int depth) except -1:
+    """An element of a container: a container one level deeper, anything else as any value
+    (only containers recurse, so the depth is counted here alone)."""
+    cdef type t = type(v)
+    if t is tuple or t is list or t is dict:
+        return _put_composite(v, out, depth)
+    return encode_value(kAny, v, out)
+
+
+cdef int _put_composite(object v, string* out, int depth) except -1:
+    """Tuples, lists and dicts (exact types, so a value decodes to the type it was) whose
+    elements are ANY values themselves; numpy str_/bytes_ as str/bytes."""
+    cdef type t = type(v)
+    cdef size_t count_at, written = 0
+    cdef Py_ssize_t size
+    if t is tuple or t is list or t is dict:
+        if depth >= kMaxAnyDepth:
+            raise _SerializationError(
+                f"the value nests tuples, lists or dicts more than {kMaxAnyDepth} deep (or "
+                f"contains itself); flatten it or store a reference instead")
+        size = len(v)
+        out.push_back(<char>(kTagTuple if t is tuple else kTagList if t is list else kTagDict))
+        CPutVarint(out, <uint64_t>size)
+        if t is dict:
+            for key, item in (<dict>v).items():
+                _put_element(key, out, depth + 1)
+                _put_element(item, out, depth + 1)
+                written += 1
+        else:
+            for item in v:
+                _put_element(item, out, depth + 1)
+                written += 1
+        if written != <size_t>size:
+            raise _SerializationError(f"a {t.__name__} changed size while it was encoded")
+        return 0
+    if isinstance(v, _np_str):
+        out.push_back(<char>kTagStr)
+        return _put_str(str(v), out)
+    if isinstance(v, _np_bytes):
+        out.push_back(<char>kTagBytes)
+        return _put_blob(bytes(v), out)
+    raise _SerializationError(
+        f"a value of type {t.__name__} ({v!r:.80}) cannot be stored by the default 'any' "
+        f"serializer (as a value, or inside a tuple, list or dict), which holds None, bool, int, float, str, bytes, numpy scalars and tuples, "
+        f"lists and dicts of them; convert it (to a tuple, dict, str...), or declare the state "
+        f"with value_type=\"pickle\" (user_key_type=\"pickle\" for map keys) and open the "
+        f"backend with allow_pickle=True")
 
 
 cdef str _codec_name(CCodec codec):
@@ -251,19 +393,32 @@ cdef object _get_varbytes(const char* p, size_t n, size_t* used):
     return PyBytes_FromStringAndSize(p + head, <Py_ssize_t>body)
 
 
+cdef inline object _from_utf8(const char* p, Py_ssize_t n):
+    cdef PyObject* r = _DecodeUTF8(p, n, "strict")
+    if r == NULL:
+        PyErr_Clear()
+        raise _CorruptionError("a stored string is not valid UTF-8; the data is corrupted")
+    s = <object>r
+    Py_DECREF(s)  # <object> took a reference of its own
+    return s
+
+
 cdef object _get_varstr(const char* p, size_t n, size_t* used):
     cdef uint64_t body
     cdef size_t head = CGetVarint(p, n, &body)
     if head == 0 or body > n - head:
         raise _CorruptionError("truncated length-prefixed string")
     used[0] = head + <size_t>body
-    return PyUnicode_DecodeUTF8(p + head, <Py_ssize_t>body, "strict")
+    return _from_utf8(p + head, <Py_ssize_t>body)
 
 
-cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used):
-    """Decodes the element that starts at p; stores its length in used."""
+cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, GateRef gate):
+    """Decodes the element that starts at p; stores its length in used. A pickle (PICKLE
+    codec, or an ANY value an earlier version pickled) goes to gate."""
     cdef uint8_t tag
     cdef size_t inner = 0
+    cdef uint64_t body
+    cdef size_t head
     if codec == kAny:
         if n < 1:
             return _corrupt(codec, n)
@@ -293,10 +448,12 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used):
             used[0] = inner + 1
             return r
         if tag == kTagPickle:
-            r = _get_varbytes(p + 1, n - 1, &inner)
-            used[0] = inner + 1
-            return _pickle_loads(r)
-        return _corrupt(codec, n)
+            head = CGetVarint(p + 1, n - 1, &body)
+            if head == 0 or body > n - 1 - head:
+                raise _CorruptionError("truncated length-prefixed element")
+            used[0] = 1 + head + <size_t>body
+            return _unpickle(gate, p + 1 + head, <size_t>body)
+        return _get_composite(tag, p, n, used, 0)
     if codec == kI64 or codec == kOrdI64:
         if n < 8:
             return _corrupt(codec, n)
@@ -316,7 +473,11 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used):
     if codec == kBytes:
         return _get_varbytes(p, n, used)
     if codec == kPickle:
-        return _pickle_loads(_get_varbytes(p, n, used))
+        head = CGetVarint(p, n, &body)
+        if head == 0 or body > n - head:
+            raise _CorruptionError("truncated length-prefixed element")
+        used[0] = head + <size_t>body
+        return _unpickle(gate, p + head, <size_t>body)
     if codec == kBool:
         if n < 1:
             return _corrupt(codec, n)
@@ -334,7 +495,7 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used):
         return PyFloat_FromDouble(_get_f32(p))
     if codec == kOrdStr:
         used[0] = n
-        return PyUnicode_DecodeUTF8(p, <Py_ssize_t>n, "strict")
+        return _from_utf8(p, <Py_ssize_t>n)
     if codec == kOrdBytes:
         used[0] = n
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
@@ -344,10 +505,76 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used):
     return _corrupt(codec, n)
 
 
-cdef object decode_whole(CCodec codec, const char* p, size_t n):
+cdef object _get_element(const char* p, size_t n, size_t* used, int depth):
+    """One element of a container: any ANY tag but a pickle (containers never held one)."""
+    if n < 1:
+        return _corrupt(kAny, n)
+    cdef uint8_t tag = <uint8_t>p[0]
+    if tag >= kTagBigInt:
+        return _get_composite(tag, p, n, used, depth)
+    if tag == kTagPickle:
+        raise _CorruptionError("a pickle inside a tuple, list or dict; the stored value is "
+                               "corrupted")
+    return decode_value(kAny, p, n, used, NULL)
+
+
+cdef object _get_composite(uint8_t tag, const char* p, size_t n, size_t* used, int depth):
+    """Big ints and containers. Every count and length is checked against the bytes left
+    before anything is allocated, and nesting stops at kMaxAnyDepth (as ElementLength)."""
+    cdef uint64_t count
+    cdef size_t head, pos, left, item = 0, i
+    cdef int overflow = 0
+    if tag != kTagBigInt and tag != kTagTuple and tag != kTagList and tag != kTagDict:
+        return _corrupt(kAny, n)
+    head = CGetVarint(p + 1, n - 1, &count)
+    if head == 0:
+        return _corrupt(kAny, n)
+    pos = 1 + head
+    left = n - pos
+    if tag == kTagBigInt:
+        if count < 9 or count > left:
+            return _corrupt(kAny, n)
+        v = _int_from_bytes(PyBytes_FromStringAndSize(p + pos, <Py_ssize_t>count), "big",
+                            signed=True)
+        PyLong_AsLongLongAndOverflow(v, &overflow)
+        if not overflow or (v.bit_length() + 8) // 8 != <Py_ssize_t>count:
+            raise _CorruptionError("a big integer is not in its canonical encoding; the "
+                                   "stored value is corrupted")
+        used[0] = pos + <size_t>count
+        return v
+    if depth >= kMaxAnyDepth:
+        raise _CorruptionError(f"stored containers nest deeper than {kMaxAnyDepth} levels; "
+                               f"the stored value is corrupted")
+    if count > (left // 2 if tag == kTagDict else left):  # each element takes a byte at least
+        return _corrupt(kAny, n)
+    if tag == kTagDict:
+        d = {}
+        for i in range(<size_t>count):
+            k = _get_element(p + pos, n - pos, &item, depth + 1)
+            pos += item
+            v = _get_element(p + pos, n - pos, &item, depth + 1)
+            pos += item
+            try:
+                d[k] = v
+            except TypeError:
+                raise _CorruptionError(f"a stored dict has an unhashable key of type "
+                                       f"{type(k).__name__}; the value is corrupted") from None
+        if <size_t>len(d) != count:
+            raise _CorruptionError("a stored dict repeats a key; the value is corrupted")
+        used[0] = pos
+        return d
+    items = []  # grows with what decodes, never with what a count claims
+    for i in range(<size_t>count):
+        items.append(_get_element(p + pos, n - pos, &item, depth + 1))
+        pos += item
+    used[0] = pos
+    return tuple(items) if tag == kTagTuple else items
+
+
+cdef object decode_whole(CCodec codec, const char* p, size_t n, GateRef gate):
     """Decodes exactly one element spanning all n bytes."""
     cdef size_t used = 0
-    r = decode_value(codec, p, n, &used)
+    r = decode_value(codec, p, n, &used, gate)
     if used != n:
         return _corrupt(codec, n)
     return r
@@ -448,7 +675,7 @@ cdef object decode_key(const CKeySchema& schema, bint is_tuple, const char* p, s
     cdef const vector[CCodec]* columns = &schema.columns()
     cols = []
     for i in range(columns.size()):
-        cols.append(decode_value(columns[0][i], p + pos, n - pos, &used))
+        cols.append(decode_value(columns[0][i], p + pos, n - pos, &used, NULL))
         pos += used
     if pos != n:
         raise _CorruptionError("stored key does not match the backend's key type")
@@ -462,5 +689,15 @@ def encode_for_codec(int codec, value) -> bytes:
     return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
 
 
-def decode_for_codec(int codec, bytes data):
-    return decode_whole(<CCodec>codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
+def decode_for_codec(int codec, bytes data, PickleGate gate=None):
+    """The value data encodes under a codec id; a pickle goes to gate (None refuses it)."""
+    return decode_whole(<CCodec>codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data),
+                        gate_ref(gate))
+
+
+def element_length(int codec, bytes data) -> int:
+    """Length of the element data starts with (csrc ElementLength), or -1 if malformed."""
+    cdef size_t n = 0
+    if not CElementLength(<CCodec>codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data), &n):
+        return -1
+    return n

@@ -202,13 +202,16 @@ def timer_put(NativeBackend backend, int cf, int64_t timestamp, namespace, bint 
 
 
 def timer_pop_due(NativeBackend backend, int cf, int64_t max_timestamp, size_t limit) -> list:
-    """Removes and returns due timers as (timestamp, key, namespace), in time order."""
+    """Removes and returns due timers as (timestamp, key, namespace), in time order. If a
+    timer cannot be decoded (corrupted, or a pickled namespace without allow_pickle), the
+    popped timers are put back before the error propagates: nothing is lost."""
     cdef vector[string] keys
     cdef CStatus st
     cdef CParsedKey pk
     cdef int64_t ts
     cdef size_t used
     cdef const char* p
+    cdef PickleGate gate
     cdef CStateDB* db
     backend._check_open()
     backend.check_writable()  # firing deletes the timers: a write like any other
@@ -220,13 +223,21 @@ def timer_pop_due(NativeBackend backend, int cf, int64_t max_timestamp, size_t l
                            backend._kg_end, max_timestamp, limit, &keys)
     backend._leave()
     check_status(st)
+    gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
+                      "a timer's namespace")
     out = []
-    for k in keys:
-        p = k.data()
-        if not CParseTimerKey(p, k.size(), backend._prefix_bytes, backend._schema, &ts, &pk):
-            raise _CorruptionError("a stored timer key does not fit the timer layout")
-        out.append((ts, decode_key(backend._schema, backend._key_is_tuple, p + pk.key_off, pk.key_len),
-                    decode_value(kAny, p + pk.ns_off, pk.ns_len, &used)))
+    try:
+        for k in keys:
+            p = k.data()
+            if not CParseTimerKey(p, k.size(), backend._prefix_bytes, backend._schema, &ts, &pk):
+                raise _CorruptionError("a stored timer key does not fit the timer layout")
+            out.append((ts, decode_key(backend._schema, backend._key_is_tuple, p + pk.key_off,
+                                       pk.key_len),
+                        decode_value(kAny, p + pk.ns_off, pk.ns_len, &used, gate_ref(gate))))
+    except BaseException:
+        for k in keys:
+            backend._raw_put(cf, k, b"")
+        raise
     return out
 
 
@@ -245,12 +256,13 @@ def timer_next_timestamp(NativeBackend backend, int cf):
 
 # ---- decoding stored values for state readers --------------------------------------------
 
-def decode_stored_value(str kind, int codec, bytes data):
-    """The Python value of a stored RocksDB value of a state of the given kind."""
+def decode_stored_value(str kind, int codec, bytes data, PickleGate gate=None):
+    """The Python value of a stored RocksDB value of a state of the given kind; a pickle goes
+    to gate (None refuses it)."""
     cdef const char* p = PyBytes_AS_STRING(data)
     cdef size_t n = <size_t>PyBytes_GET_SIZE(data)
     if kind == "list":
-        return decode_list(<CCodec>codec, p, n)
+        return decode_list(<CCodec>codec, p, n, gate_ref(gate))
     if kind == "map" or kind == "sorted_map":
-        return _decode_map_value(<CCodec>codec, p, n)
-    return decode_whole(<CCodec>codec, p, n)
+        return _decode_map_value(<CCodec>codec, p, n, gate_ref(gate))
+    return decode_whole(<CCodec>codec, p, n, gate_ref(gate))

@@ -29,6 +29,8 @@ cdef class NativeState:
     cdef object _namespace
     cdef string _val
     cdef string _scratch_ns
+    cdef PickleGate _gate
+    cdef GateRef _gate_ref  # _gate, borrowed, for the decoders
     cdef readonly object descriptor
     cdef readonly str name
 
@@ -40,6 +42,9 @@ cdef class NativeState:
         self._value_codec = <CCodec>value_codec
         self._ns_codec = <CCodec>ns_codec
         self._ns_variable = CIsVariableLengthCodec(self._ns_codec)
+        self._gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
+                                f"state '{self.name}'")
+        self._gate_ref = <GateRef>self._gate
         self._namespace = None
         self._ns.clear()
         encode_value(self._ns_codec, None, &self._ns)
@@ -173,7 +178,7 @@ cdef class NativeState:
 
     def _decode(self, bytes data):
         return decode_whole(self._value_codec, PyBytes_AS_STRING(data),
-                            <size_t>PyBytes_GET_SIZE(data))
+                            <size_t>PyBytes_GET_SIZE(data), self._gate_ref)
 
 
 cdef class NativeValueState(NativeState):
@@ -188,7 +193,7 @@ cdef class NativeValueState(NativeState):
         """The value of the current key and namespace, or the descriptor's default."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            return decode_whole(self._value_codec, pin.data(), pin.size())
+            return decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return _deepcopy(self._default) if self._copy_default else self._default
 
     def update(self, value) -> None:
@@ -219,11 +224,11 @@ cdef int _encode_list(NativeState s, object values, string* out) except -1:
     return 0
 
 
-cdef list decode_list(CCodec codec, const char* p, size_t n):
+cdef list decode_list(CCodec codec, const char* p, size_t n, GateRef gate):
     cdef size_t pos = 0, used = 0
     cdef list out = []
     while pos < n:
-        out.append(decode_value(codec, p + pos, n - pos, &used))
+        out.append(decode_value(codec, p + pos, n - pos, &used, gate))
         pos += used
         if pos < n:
             if p[pos] != b',':
@@ -242,7 +247,7 @@ cdef class NativeListState(NativeState):
         """The elements of the current key and namespace ([] if none)."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            return decode_list(self._value_codec, pin.data(), pin.size())
+            return decode_list(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return []
 
     def add(self, value) -> None:
@@ -271,7 +276,8 @@ cdef class NativeListState(NativeState):
             self._delete(self._key())
 
     def _decode_raw(self, bytes data) -> list:
-        return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
+        return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data),
+                           self._gate_ref)
 
 
 cdef int _encode_number(NativeState s, object value, string* out) except -1:
@@ -321,7 +327,7 @@ cdef class NativeReducingState(NativeState):
         """The reduced value of the current key and namespace, or None."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            return decode_whole(self._value_codec, pin.data(), pin.size())
+            return decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return None
 
     def add(self, value) -> None:
@@ -337,7 +343,7 @@ cdef class NativeReducingState(NativeState):
             return
         key = self._key()
         if self._get(key, &pin):
-            current = decode_whole(self._value_codec, pin.data(), pin.size())
+            current = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
             value = self._reduce(current, value)
             key = self._key()  # the reduce function may have touched other state
         encode_value(self._value_codec, value, &self._val)
@@ -361,7 +367,7 @@ cdef class NativeAggregatingState(NativeState):
         """The aggregate's result for the current key and namespace, or None."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            acc = decode_whole(self._value_codec, pin.data(), pin.size())
+            acc = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
             return self._fn.get_result(acc)
         return None
 
@@ -377,7 +383,7 @@ cdef class NativeAggregatingState(NativeState):
             return
         key = self._key()
         if self._get(key, &pin):
-            acc = decode_whole(self._value_codec, pin.data(), pin.size())
+            acc = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         else:
             acc = self._fn.create_accumulator()
         acc = self._fn.add(value, acc)
@@ -407,12 +413,12 @@ cdef int _encode_map_value(NativeState s, object value, string* out) except -1:
     return encode_value(s._value_codec, value, out)
 
 
-cdef object _decode_map_value(CCodec codec, const char* p, size_t n):
+cdef object _decode_map_value(CCodec codec, const char* p, size_t n, GateRef gate):
     if n == 0:
         raise _CorruptionError("map value without its null flag byte")
     if p[0] == 1:
         return None
-    return decode_whole(codec, p + 1, n - 1)
+    return decode_whole(codec, p + 1, n - 1, gate)
 
 
 cdef class NativeMapState(NativeState):
@@ -437,7 +443,7 @@ cdef class NativeMapState(NativeState):
         """The value under user_key, or None."""
         cdef CPinnableSlice pin
         if self._get(self._entry_key(user_key), &pin):
-            return _decode_map_value(self._value_codec, pin.data(), pin.size())
+            return _decode_map_value(self._value_codec, pin.data(), pin.size(), self._gate_ref)
         return None
 
     def put(self, user_key, value) -> None:
@@ -523,6 +529,7 @@ cdef class NativeMapState(NativeState):
 
     def _drain(self, _ScanCursor cursor, size_t plen, int what):
         cdef CCodec ukc = self._uk_codec, vc = self._value_codec
+        cdef GateRef gate = self._gate_ref
         cdef NativeBackend be = self._backend
         cdef const CKeyValue* kv
         cdef size_t i
@@ -532,15 +539,15 @@ cdef class NativeMapState(NativeState):
                     be._check_open()
                 kv = &cursor.buf[i]
                 if what == VALUES:
-                    yield _decode_map_value(vc, kv.value.data(), kv.value.size())
+                    yield _decode_map_value(vc, kv.value.data(), kv.value.size(), gate)
                     continue
                 if kv.key.size() < plen:
                     raise _CorruptionError("a map entry's key is shorter than its prefix")
-                uk = decode_whole(ukc, kv.key.data() + plen, kv.key.size() - plen)
+                uk = decode_whole(ukc, kv.key.data() + plen, kv.key.size() - plen, gate)
                 if what == KEYS:
                     yield uk
                 else:
-                    yield (uk, _decode_map_value(vc, kv.value.data(), kv.value.size()))
+                    yield (uk, _decode_map_value(vc, kv.value.data(), kv.value.size(), gate))
 
     cdef object _one_entry(self, bint last):
         cdef bytes prefix = self._prefix()
@@ -549,9 +556,9 @@ cdef class NativeMapState(NativeState):
             return None
         k, v = chunk[0]
         return (decode_whole(self._uk_codec, PyBytes_AS_STRING(k) + len(prefix),
-                             <size_t>(PyBytes_GET_SIZE(k) - len(prefix))),
+                             <size_t>(PyBytes_GET_SIZE(k) - len(prefix)), self._gate_ref),
                 _decode_map_value(self._value_codec, PyBytes_AS_STRING(v),
-                                  <size_t>PyBytes_GET_SIZE(v)))
+                                  <size_t>PyBytes_GET_SIZE(v), self._gate_ref))
 
 
 cdef bytes _successor(bytes prefix):

@@ -27,7 +27,7 @@ from .checkpoint.handles import FullSnapshotHandle, IncrementalHandle
 from .checkpoint.incremental import IncrementalCheckpointer
 from .checkpoint.restore import restore_backend
 from .checkpoint.storage import CheckpointStorage, as_storage
-from .descriptors import StateDescriptor, StateKind, validate_state_name
+from .descriptors import StateDescriptor, StateKind, check_no_pickle, validate_state_name
 from .functions import merge_operator_of
 from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
                      UnknownStateError)
@@ -82,15 +82,25 @@ class KeyedStateBackend(_native.NativeBackend):
     ``key_type`` fixes the key's Spark column type(s) (``int``/``"bigint"``, ``numpy.int32``/
     ``"int"``, ``float``, ``str``, ``bytes``, ``bool``, or a tuple of them for several key
     columns); by default the first key decides, using Spark's type inference.
+
+    ``allow_pickle`` (default False) lets this backend register states declared with
+    ``value_type="pickle"`` / ``user_key_type="pickle"`` and unpickle what it reads: those
+    states, and values that stateengine versions before snapshot format 2 pickled. Unpickling
+    runs code chosen by whoever wrote the data, so turn it on only for checkpoints you trust;
+    without it such reads raise ``PickleNotAllowedError`` and nothing is unpickled.
     """
 
     def __init__(self, path: str | os.PathLike, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                 key_group_range: KeyGroupRange | None = None, key_type: Any = None) -> None:
-        self._setup(path, max_parallelism, key_group_range, key_type, cf_metas=[])
+                 key_group_range: KeyGroupRange | None = None, key_type: Any = None,
+                 allow_pickle: bool = False) -> None:
+        self._setup(path, max_parallelism, key_group_range, key_type, cf_metas=[],
+                    allow_pickle=allow_pickle)
 
     def _setup(self, path: str | os.PathLike, max_parallelism: int,
                key_group_range: KeyGroupRange | None, key_type: Any,
-               cf_metas: list[dict], require_empty: bool = True) -> None:
+               cf_metas: list[dict], require_empty: bool = True,
+               allow_pickle: bool = False) -> None:
+        self._allow_pickle = bool(allow_pickle)
         # Held from a snapshot's or checkpoint's sync part until it is tracked, and by close()
         # while it refuses further calls: close() then waits for every tracked one.
         self._lifecycle = threading.Lock()
@@ -126,11 +136,12 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @classmethod
     def _open_existing(cls, path: str, max_parallelism: int, key_group_range: KeyGroupRange,
-                       cf_metas: list[dict], key_type: Any) -> "KeyedStateBackend":
+                       cf_metas: list[dict], key_type: Any,
+                       allow_pickle: bool = False) -> "KeyedStateBackend":
         """Opens a restored RocksDB directory (path/db) with the column families it holds."""
         backend = cls.__new__(cls)
         backend._setup(path, max_parallelism, key_group_range, key_type, cf_metas,
-                       require_empty=False)
+                       require_empty=False, allow_pickle=allow_pickle)
         return backend
 
     # ---- properties -------------------------------------------------------------------------
@@ -146,6 +157,11 @@ class KeyedStateBackend(_native.NativeBackend):
     @property
     def path(self) -> str:
         return self._path
+
+    @property
+    def allow_pickle(self) -> bool:
+        """Whether this backend may unpickle what it reads (see the class docstring)."""
+        return self._allow_pickle
 
     @property
     def state_names(self) -> list[str]:
@@ -212,6 +228,8 @@ class KeyedStateBackend(_native.NativeBackend):
                             f"got {type(descriptor).__name__}")
         self._ensure_open()  # a cached handle must not hide that the backend is closed
         name = descriptor.name
+        if not self._allow_pickle:
+            check_no_pickle(descriptor)
         want = descriptor.meta()
         have = self._cf_metas.get(name)
         if have is not None:
@@ -317,13 +335,33 @@ class KeyedStateBackend(_native.NativeBackend):
     def restore(cls, path: str | os.PathLike, handles: Sequence[Any],
                 key_group_range: KeyGroupRange | None = None, max_parallelism: int | None = None,
                 key_type: Any = None, descriptors: Sequence[StateDescriptor] = (),
-                operator_index: int = 0, parallelism: int = 1) -> "KeyedStateBackend":
+                operator_index: int = 0, parallelism: int = 1,
+                allow_pickle: bool = False) -> "KeyedStateBackend":
         """A new backend at ``path`` holding ``key_group_range`` (default: the handles' union)
         restored from full snapshots or incremental checkpoints written at any parallelism.
         ``descriptors`` are checked against the restored metas up front; operator state is
-        redistributed to instance ``operator_index`` of ``parallelism``."""
+        redistributed to instance ``operator_index`` of ``parallelism``.
+
+        Checkpoints written before snapshot format 2 may hold pickles (values, namespaces and
+        map user keys of the default serializer that were not primitives, and operator
+        state). With ``allow_pickle=True`` they are unpickled and converted to the native
+        encoding as they are restored; without it a pickled namespace, user key or operator
+        state fails the restore with ``PickleNotAllowedError`` (nothing is unpickled), and
+        pickled values raise it when read."""
         return restore_backend(cls, os.path.abspath(os.fspath(path)), handles, key_group_range,
-                               max_parallelism, key_type, descriptors, operator_index, parallelism)
+                               max_parallelism, key_type, descriptors, operator_index, parallelism,
+                               allow_pickle=allow_pickle)
+
+    @classmethod
+    def open_for_reading(cls, path: str | os.PathLike, handles: Sequence[Any],
+                         key_group_range: KeyGroupRange | None = None,
+                         allow_pickle: bool = False) -> "KeyedStateBackend":
+        """Keyed state of ``handles`` as stored, for tools that read raw entries (``stateengine
+        dump``, ``stateengine.spark.read_state``): no operator state and no conversion of
+        entries written before format 2, so a pickle stays a pickle until a reader with
+        ``allow_pickle`` decodes it."""
+        return restore_backend(cls, os.path.abspath(os.fspath(path)), handles, key_group_range,
+                               None, None, (), 0, 1, allow_pickle=allow_pickle, keyed_only=True)
 
     def _track(self, snap: AsyncSnapshot[Any]) -> AsyncSnapshot[Any]:
         self._pending = {s for s in self._pending if not s.done()}

@@ -3,11 +3,15 @@
     stateengine versions CHECKPOINT [--operator OP]      versions, partitions, sizes
     stateengine verify   CHECKPOINT --operator OP [-v V] check every file's size and CRC-32C
     stateengine dump     CHECKPOINT --operator OP --state NAME [-v V] [--limit N]
-                                                         entries as JSON lines
+                         [--allow-pickle]                entries as JSON lines
     stateengine meta     SNAPSHOT_FILE                   the meta block of a full snapshot
 
 CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Exit status 1 means
 the checkpoint is missing or damaged; the message names the file.
+
+Nothing is unpickled unless you pass --allow-pickle (unpickling runs code from the checkpoint):
+without it, ``dump`` prints a pickled value (a value_type="pickle" state, or a value an
+earlier version pickled) as {"pickled": "<base64>", "bytes": N}.
 """
 
 from __future__ import annotations
@@ -20,17 +24,18 @@ import sys
 import tempfile
 from typing import Any
 
+from . import _native
 from .backend import KeyedStateBackend
 from .checkpoint.meta import SnapshotMeta
 from .checkpoint.storage import CheckpointStorage
 from .checkpoint.versions import VersionCatalog
 from .errors import StateEngineError
 from .keygroups import KeyGroupRange
-from .serializers import codec_name
+from .serializers import codec_name, to_json
 
 
 def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr))
+    return to_json(value)
 
 
 def _catalog(args: argparse.Namespace) -> VersionCatalog:
@@ -89,9 +94,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from . import _native
-
     version, handles = _handles(args)
+    mode = _native.PICKLE_ALLOW if args.allow_pickle else _native.PICKLE_OPAQUE
+    gate = _native.PickleGate(mode, f"state '{args.state}'")
     printed = 0
     for h in handles:
         meta = next((m for m in h.states if m["name"] == args.state), None)
@@ -100,17 +105,19 @@ def cmd_dump(args: argparse.Namespace) -> int:
             raise StateEngineError(f"version {version} has no state '{args.state}' (states: {names})")
         has_uk = meta["kind"] in ("map", "sorted_map")
         scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
-        backend = KeyedStateBackend.restore(os.path.join(scratch, "b"), [h], h.key_group_range)
+        backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
+                                                     h.key_group_range, args.allow_pickle)
         try:
             for raw_key, raw_value in backend._raw_scan(backend._cf_index[args.state]):
                 if args.limit is not None and printed >= args.limit:
                     return 0
                 kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
                 row = {"key_group": kg, "key": key,
-                       "namespace": _native.decode_for_codec(meta["namespace_codec"], ns)}
+                       "namespace": _native.decode_for_codec(meta["namespace_codec"], ns, gate)}
                 if has_uk:
-                    row["user_key"] = _native.decode_for_codec(meta["user_key_codec"], uk)
-                row["value"] = _native.decode_stored_value(meta["kind"], meta["value_codec"], raw_value)
+                    row["user_key"] = _native.decode_for_codec(meta["user_key_codec"], uk, gate)
+                row["value"] = _native.decode_stored_value(meta["kind"], meta["value_codec"],
+                                                           raw_value, gate)
                 print(json.dumps(_json(row)))
                 printed += 1
         finally:
@@ -147,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         if name == "dump":
             sp.add_argument("--state", required=True)
             sp.add_argument("--limit", type=int, default=None)
+            sp.add_argument("--allow-pickle", action="store_true",
+                            help="unpickle pickled values (runs code from the checkpoint: only "
+                                 "for checkpoints you trust); without it they print as "
+                                 "{\"pickled\": base64, \"bytes\": n}")
         sp.set_defaults(fn=fn)
     sp = sub.add_parser("meta")
     sp.add_argument("file")

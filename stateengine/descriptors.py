@@ -72,6 +72,21 @@ def validate_state_name(name: Any) -> str:
     return name
 
 
+def check_no_pickle(descriptor: StateDescriptor) -> None:
+    """Refuses a descriptor whose values or user keys are pickled, on a backend that did not
+    opt in with allow_pickle."""
+    pickled = [what for what, codec in (("value_type", descriptor.value_codec),
+                                        ("user_key_type", descriptor.user_key_codec))
+               if codec == Codec.PICKLE]
+    if pickled:
+        raise StateRegistrationError(
+            f"state '{descriptor.name}' declares {' and '.join(pickled)}=\"pickle\", and reading "
+            f"a pickle runs code chosen by whoever wrote the checkpoint; open the backend with "
+            f"allow_pickle=True (KeyedStateBackend, restore, StateStoreProvider, the "
+            f"stateengine.spark functions) if you trust its checkpoints, or use the default "
+            f"serializer, which stores tuples, lists and dicts of primitives without pickle")
+
+
 class StateDescriptor:
     """Base of all descriptors. ``namespace_type=None`` means the state only uses the default
     namespace; anything else (e.g. ``int`` or ``object``) enables ``set_current_namespace``."""

@@ -70,3 +70,8 @@ class IllegalStoreStateError(StateEngineError, RuntimeError):
 
 class SnapshotCancelledError(StateEngineError):
     """An asynchronous snapshot was cancelled before it finished."""
+
+
+class PickleNotAllowedError(StateEngineError, RuntimeError):
+    """Stored data is a pickle and the reader did not pass ``allow_pickle=True``. Unpickling
+    runs code chosen by whoever wrote the checkpoint, so it happens only on opt-in."""

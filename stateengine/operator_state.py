@@ -8,18 +8,45 @@ When the parallelism changes, each list state is redistributed by its mode:
 - ``"union"``: every new instance gets the concatenation of all old lists.
 
 Operator state is held in memory (it is meant to be small: offsets, watermarks, buffers) and
-written to one file next to the keyed state of each snapshot or checkpoint.
+written to one file next to the keyed state of each snapshot or checkpoint. Elements are
+values of the default "any" serializer (None is refused): primitives, numpy scalars, and
+tuples, lists and dicts of them.
+
+File format 2 (big-endian; every length is checked against the bytes left)::
+
+    b"SEOS" | u16 format | u32 operator index | u32 parallelism | u32 n states
+    per state: u16 name length | UTF-8 name | u8 mode (0 split, 1 union)
+               | u32 body length | body: the elements as one ANY-encoded list
+
+Format 1 files (stateengine before format 2) are a pickle; they are read only with
+``allow_pickle=True``, since unpickling runs code from the file.
 """
 
 from __future__ import annotations
 
 import pickle
+import struct
 from typing import Any, Iterable
 
-from .errors import CorruptionError, IllegalStoreStateError, StateRegistrationError
+from . import _native
+from .errors import (CorruptionError, IllegalStoreStateError, PickleNotAllowedError,
+                     SerializationError, StateRegistrationError)
 
 MODES = ("split", "union")
-_FORMAT = 1
+MAGIC = b"SEOS"
+FORMAT = 2
+_LEGACY_FORMAT = 1  # a pickle of (1, operator index, parallelism, {name: (mode, elements)})
+_HEADER = struct.Struct(">4sHIII")
+_STATE_HEAD = struct.Struct(">H")
+_STATE_BODY = struct.Struct(">BI")
+_ANY = 1  # codec id of the default serializer (serializers.Codec.ANY)
+
+
+def _encode_elements(name: str, elements: list[Any]) -> bytes:
+    try:
+        return _native.encode_for_codec(_ANY, elements)
+    except SerializationError as e:
+        raise SerializationError(f"operator state '{name}': {e}") from None
 
 
 class OperatorListState:
@@ -44,6 +71,7 @@ class OperatorListState:
         self._check_writable()
         if value is None:
             raise ValueError(f"operator list state '{self.name}' does not accept None")
+        _encode_elements(self.name, [value])  # refuse what a snapshot could not store, now
         self._elements.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
@@ -51,6 +79,7 @@ class OperatorListState:
         values = list(values)
         if any(v is None for v in values):
             raise ValueError(f"operator list state '{self.name}' does not accept None; nothing added")
+        _encode_elements(self.name, values)
         self._elements.extend(values)
 
     def update(self, values: Iterable[Any]) -> None:
@@ -58,6 +87,7 @@ class OperatorListState:
         values = list(values)
         if any(v is None for v in values):
             raise ValueError(f"operator list state '{self.name}' does not accept None; not updated")
+        _encode_elements(self.name, values)
         self._elements = values
 
     def clear(self) -> None:
@@ -94,22 +124,23 @@ class OperatorStateBackend:
         return not self._states
 
     def snapshot_bytes(self) -> bytes:
-        payload = {name: (s.mode, s.get()) for name, s in self._states.items()}
-        return pickle.dumps((_FORMAT, self.operator_index, self.parallelism, payload), protocol=5)
+        """The operator state file (format 2): no pickle, every element ANY-encoded."""
+        out = [_HEADER.pack(MAGIC, FORMAT, self.operator_index, self.parallelism,
+                            len(self._states))]
+        for name, s in self._states.items():
+            raw = name.encode("utf-8")
+            body = _encode_elements(name, s.get())
+            out += [_STATE_HEAD.pack(len(raw)), raw,
+                    _STATE_BODY.pack(MODES.index(s.mode), len(body)), body]
+        return b"".join(out)
 
     @classmethod
     def restore(cls, snapshots: list[bytes], operator_index: int, parallelism: int,
-                source: str = "operator state") -> "OperatorStateBackend":
-        """Redistributes the snapshots of all old instances to instance ``operator_index``."""
-        decoded = []
-        for data in snapshots:
-            try:
-                fmt, old_index, _old_p, payload = pickle.loads(data)
-            except Exception as e:
-                raise CorruptionError(f"{source}: unreadable operator state ({e})") from None
-            if fmt != _FORMAT:
-                raise CorruptionError(f"{source}: operator state format {fmt} is not supported")
-            decoded.append((old_index, payload))
+                source: str = "operator state",
+                allow_pickle: bool = False) -> "OperatorStateBackend":
+        """Redistributes the snapshots of all old instances to instance ``operator_index``.
+        Format 1 files (pickles) are read only with ``allow_pickle=True``."""
+        decoded = [_decode(data, source, allow_pickle) for data in snapshots]
         decoded.sort(key=lambda t: t[0])
         backend = cls(operator_index, parallelism)
         names: dict[str, str] = {}
@@ -125,6 +156,67 @@ class OperatorStateBackend:
                 mine = even_split(everything, parallelism)[operator_index]
             backend._states[name] = OperatorListState(name, mode, mine, owner=backend)
         return backend
+
+
+def _decode(data: bytes, source: str,
+            allow_pickle: bool) -> tuple[int, dict[str, tuple[str, list[Any]]]]:
+    """(old operator index, {name: (mode, elements)}) of one operator state file."""
+    if data[:4] != MAGIC:
+        if data[:1] == b"\x80":  # the PROTO opcode a format 1 pickle starts with
+            return _decode_legacy(data, source, allow_pickle)
+        raise CorruptionError(f"{source}: unreadable operator state (not a stateengine "
+                              f"operator state file)")
+    try:
+        _, fmt, old_index, _old_p, n = _HEADER.unpack_from(data)
+        if fmt != FORMAT:
+            raise ValueError(f"operator state format {fmt} is not supported (this build reads "
+                             f"{FORMAT}, and {_LEGACY_FORMAT} with allow_pickle)")
+        pos = _HEADER.size
+        if n > (len(data) - pos) // (_STATE_HEAD.size + _STATE_BODY.size):
+            raise ValueError(f"{n} states cannot fit in {len(data)} bytes")
+        payload: dict[str, tuple[str, list[Any]]] = {}
+        for _ in range(n):
+            (name_len,) = _STATE_HEAD.unpack_from(data, pos)
+            pos += _STATE_HEAD.size
+            name = data[pos:pos + name_len].decode("utf-8")
+            if len(name.encode("utf-8")) != name_len or name in payload:
+                raise ValueError("a state name is truncated or repeated")
+            pos += name_len
+            mode, body_len = _STATE_BODY.unpack_from(data, pos)
+            pos += _STATE_BODY.size
+            if mode >= len(MODES) or body_len > len(data) - pos:
+                raise ValueError(f"state '{name}' has mode {mode} or a body past the end")
+            elements = _native.decode_for_codec(_ANY, data[pos:pos + body_len])
+            if type(elements) is not list or any(e is None for e in elements):
+                raise ValueError(f"state '{name}' does not hold a list of elements")
+            payload[name] = (MODES[mode], elements)
+            pos += body_len
+        if pos != len(data):
+            raise ValueError(f"{len(data) - pos} bytes follow the last state")
+    except (struct.error, UnicodeDecodeError, ValueError, CorruptionError) as e:
+        raise CorruptionError(f"{source}: corrupted operator state ({e})") from None
+    return old_index, payload
+
+
+def _decode_legacy(data: bytes, source: str,
+                   allow_pickle: bool) -> tuple[int, dict[str, tuple[str, list[Any]]]]:
+    if not allow_pickle:
+        raise PickleNotAllowedError(
+            f"{source}: operator state written by stateengine before format 2 is a pickle, and "
+            f"unpickling runs code from the checkpoint; it was not unpickled. Restore with "
+            f"allow_pickle=True if you trust the checkpoint (the next snapshot writes it in "
+            f"format 2, without pickle)")
+    try:
+        fmt, old_index, _old_p, payload = pickle.loads(data)  # allowed: the reader opted in
+    except Exception as e:
+        raise CorruptionError(f"{source}: unreadable operator state ({e})") from None
+    if fmt != _LEGACY_FORMAT:
+        raise CorruptionError(f"{source}: operator state format {fmt} is not supported")
+    if not isinstance(payload, dict) or not all(
+            isinstance(v, tuple) and len(v) == 2 and v[0] in MODES and isinstance(v[1], list)
+            for v in payload.values()):
+        raise CorruptionError(f"{source}: operator state does not map names to (mode, list)")
+    return old_index, payload
 
 
 def even_split(elements: list[Any], parts: int) -> list[list[Any]]:

@@ -4,19 +4,28 @@ The encodings themselves live in C++ (csrc/codec.h) and are applied by the nativ
 this module maps what users write in descriptors (``int``, ``str``, ``numpy.float32``,
 ``"bigint"``, ``object``...) to codec ids, which snapshots persist.
 
-Values default to ``ANY``: a tag byte then a fast native encoding for ``None``, ``bool``,
-``int`` (64-bit), ``float``, ``str``, ``bytes`` and numpy scalars of those kinds (decoded as the
-matching Python type), and pickle for everything else. A concrete ``value_type`` selects a
-strict codec without the tag, which refuses other types with ``SerializationError``.
+Values default to ``ANY``: a tag byte then a native encoding for ``None``, ``bool``, ``int``
+(any size), ``float``, ``str``, ``bytes``, numpy scalars of those kinds (decoded as the matching
+Python type) and tuples, lists and dicts of all these (nested up to 64 levels, decoded as the
+same container types). ANY never pickles: other objects raise ``SerializationError``; store them
+in a state declared ``value_type="pickle"`` on a backend opened with ``allow_pickle=True``. A
+concrete ``value_type`` selects a strict codec without the tag, which refuses other types with
+``SerializationError``.
+
+Namespaces and map user keys of ANY use the same encoding, which is canonical (equal values of
+one type have equal bytes), so tuples work as windows and composite user keys.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
+from . import _native
 from .errors import KeyTypeError, StateRegistrationError
 
 
@@ -76,7 +85,7 @@ def _lookup(spec: Any, what: str) -> Codec:
     if codec is None:
         raise StateRegistrationError(
             f"unsupported {what} {spec!r}; use one of int, float, str, bytes, bool, numpy "
-            f"int32/int64/float32/float64, object (any value), or the names "
+            f"int32/int64/float32/float64, object (the default serializer), or the names "
             f"{sorted(_BY_NAME)}")
     return codec
 
@@ -137,3 +146,20 @@ def _key_column(spec: Any) -> int:
 
 def codec_name(codec: int) -> str:
     return Codec(codec).name.lower()
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-compatible form of a stored value, for dumps and state readers: tuples become
+    lists, dict keys that are not str become their JSON text, a pickle that was not
+    unpickled becomes ``{"pickled": "<base64>", "bytes": n}``, other scalars (bytes...) their
+    repr."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else json.dumps(to_json(k)): to_json(v)
+                for k, v in value.items()}
+    if isinstance(value, _native.PickledValue):
+        return {"pickled": base64.b64encode(value.data).decode("ascii"), "bytes": len(value.data)}
+    return repr(value)

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from .backend import KeyedStateBackend
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
-from .descriptors import StateDescriptor
+from .descriptors import StateDescriptor, check_no_pickle
 from .errors import IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 
@@ -46,13 +46,15 @@ class StateStoreProvider:
     The partition owns ``KeyGroupRange.for_operator(partition_id, num_partitions,
     max_parallelism)``. ``min_versions_to_retain`` newest versions stay restorable; partition 0
     prunes older ones (and the shared files only they used) after each commit.
+    ``allow_pickle`` is KeyedStateBackend's: without it nothing read from the checkpoint is
+    ever unpickled (versions written before format 2 may need it once, see restore).
     """
 
     def __init__(self, checkpoint: CheckpointStorage | str | os.PathLike, operator_id: str,
                  partition_id: int, num_partitions: int,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, key_type: Any = None,
                  descriptors: Sequence[StateDescriptor] = (), local_dir: str | None = None,
-                 min_versions_to_retain: int = 10) -> None:
+                 min_versions_to_retain: int = 10, allow_pickle: bool = False) -> None:
         if min_versions_to_retain < 1:
             raise ValueError("min_versions_to_retain must be at least 1")
         self.storage = as_storage(checkpoint)
@@ -66,6 +68,10 @@ class StateStoreProvider:
         self.key_type = key_type
         self.descriptors = list(descriptors)
         self.min_versions_to_retain = min_versions_to_retain
+        self.allow_pickle = allow_pickle
+        if not allow_pickle:
+            for d in self.descriptors:
+                check_no_pickle(d)
         self._local_root = local_dir or default_local_dir()
         self._backend: KeyedStateBackend | None = None
         self._backend_version: int | None = None  # version the open backend holds, if clean
@@ -101,14 +107,15 @@ class StateStoreProvider:
                                               f"{self.num_partitions}-{uuid.uuid4().hex[:12]}")
         if version == 0:
             backend = KeyedStateBackend(path, self.max_parallelism, self.key_group_range,
-                                        self.key_type)
+                                        self.key_type, allow_pickle=self.allow_pickle)
             for d in self.descriptors:
                 backend.get_state(d)
         else:
             handles = self.catalog.handles_for(version, self.key_group_range)
             backend = KeyedStateBackend.restore(
                 path, handles, self.key_group_range, self.max_parallelism, self.key_type,
-                self.descriptors, self.partition_id, self.num_partitions)
+                self.descriptors, self.partition_id, self.num_partitions,
+                allow_pickle=self.allow_pickle)
         backend.operator_state.operator_index = self.partition_id
         backend.operator_state.parallelism = self.num_partitions
         return backend

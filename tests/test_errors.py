@@ -304,11 +304,12 @@ def test_value_its_serializer_cannot_encode(populated):
 
 
 @pytest.mark.parametrize("bad", UNPICKLABLE, ids=["lambda", "lock", "reduce-raises"])
-def test_unpicklable_values_in_the_any_serializer(populated, bad):
+def test_objects_the_any_serializer_cannot_store(populated, bad):
     backend, s, before = populated
-    with pytest.raises(SerializationError, match="cannot be pickled.*picklable value"):
+    with pytest.raises(SerializationError,
+                       match='default .any. serializer.*value_type="pickle".*allow_pickle=True'):
         s["v"].update(bad)
-    with pytest.raises(SerializationError, match="cannot be pickled"):
+    with pytest.raises(SerializationError, match="inside a tuple, list or dict"):
         s["v"].update({"nested": [bad]})
     with pytest.raises(SerializationError):
         s["la"].add(bad)
@@ -323,6 +324,19 @@ def test_unpicklable_values_in_the_any_serializer(populated, bad):
     with pytest.raises(SerializationError):
         s["rl"].add(bad)  # the reduced value cannot be stored
     assert raw_state(backend) == before
+
+
+@pytest.mark.parametrize("bad", UNPICKLABLE, ids=["lambda", "lock", "reduce-raises"])
+def test_unpicklable_values_in_a_pickle_state(make_backend, bad):
+    backend = make_backend(allow_pickle=True)
+    backend.set_current_key("k")
+    state = backend.get_state(ValueStateDescriptor("p", value_type="pickle"))
+    state.update({"fine": 1})
+    with pytest.raises(SerializationError, match="cannot be pickled.*picklable value"):
+        state.update(bad)
+    with pytest.raises(SerializationError, match="cannot be pickled"):
+        state.update({"nested": [bad]})
+    assert state.value() == {"fine": 1}
 
 
 def test_unencodable_namespace_keeps_the_current_namespace(populated):

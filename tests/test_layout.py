@@ -63,7 +63,15 @@ def test_codec_bytes():
     assert enc(Codec.ANY, "ab") == b"\x03\x02ab"
     assert enc(Codec.ANY, b"ab") == b"\x04\x02ab"
     assert enc(Codec.ANY, False) == b"\x05" and enc(Codec.ANY, True) == b"\x06"
-    assert enc(Codec.ANY, (1, 2))[0] == 7
+    # containers (format 2): tag, varint count, then ANY-encoded elements; never a pickle
+    assert enc(Codec.ANY, (1, "a")) == b"\x09\x02" + enc(Codec.ANY, 1) + enc(Codec.ANY, "a")
+    assert enc(Codec.ANY, [None]) == b"\x0a\x01\x00"
+    assert enc(Codec.ANY, {"k": True}) == b"\x0b\x01" + enc(Codec.ANY, "k") + b"\x06"
+    assert enc(Codec.ANY, ()) == b"\x09\x00" and enc(Codec.ANY, {}) == b"\x0b\x00"
+    # ints outside int64: varint length + minimal big-endian two's complement
+    assert enc(Codec.ANY, 2**63) == b"\x08\x09\x00\x80" + b"\x00" * 7
+    assert enc(Codec.ANY, -2**63 - 1) == b"\x08\x09\xff\x7f" + b"\xff" * 7
+    assert enc(Codec.ANY, 2**63 - 1) == b"\x01\x7f" + b"\xff" * 7  # int64 keeps tag 1
     assert enc(Codec.ORDERED_BIGINT, -1) == b"\x7f" + b"\xff" * 7  # sign bit flipped
     assert enc(Codec.ORDERED_BIGINT, 0) == b"\x80" + b"\x00" * 7
     assert enc(Codec.ORDERED_STRING, "ab") == b"ab"

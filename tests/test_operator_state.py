@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import struct
+
 from stateengine import (CorruptionError, KeyedStateBackend, OperatorStateBackend,
-                         StateRegistrationError)
+                         PickleNotAllowedError, SerializationError, StateRegistrationError,
+                         _native)
 from stateengine.operator_state import even_split
 
 
@@ -109,10 +112,84 @@ def test_conflicting_modes_across_instances_are_corruption():
 
 
 def test_unreadable_snapshots_are_corruption():
-    with pytest.raises(CorruptionError, match="unreadable"):
-        OperatorStateBackend.restore([b"not a pickle"], 0, 1, source="file X")
+    with pytest.raises(CorruptionError, match="file X: unreadable"):
+        OperatorStateBackend.restore([b"not a stateengine file"], 0, 1, source="file X")
     with pytest.raises(CorruptionError, match="format 99"):
-        OperatorStateBackend.restore([pickle.dumps((99, 0, 1, {}))], 0, 1)
+        OperatorStateBackend.restore([pickle.dumps((99, 0, 1, {}))], 0, 1, allow_pickle=True)
+    good = _sample().snapshot_bytes()
+    with pytest.raises(CorruptionError, match="format 3 is not supported"):
+        OperatorStateBackend.restore([good[:4] + b"\x00\x03" + good[6:]], 0, 1)
+
+
+def _sample() -> OperatorStateBackend:
+    op = OperatorStateBackend(1, 3)
+    op.get_list_state("offsets").add_all([7, (2, "p"), {"topic": [1, 2**70]}, b"\x00"])
+    op.get_list_state("seen", "union").add("é")
+    op.get_list_state("empty")
+    return op
+
+
+def test_file_format_is_typed_not_pickled():
+    """b"SEOS" | u16 format 2 | u32 index | u32 parallelism | u32 n states, then per state:
+    u16 name length | name | u8 mode | u32 body length | the elements as one ANY list."""
+    data = _sample().snapshot_bytes()
+    assert data[:18] == b"SEOS" + struct.pack(">HIII", 2, 1, 3, 3)
+    body = _native.encode_for_codec(1, [7, (2, "p"), {"topic": [1, 2**70]}, b"\x00"])
+    assert data[18:].startswith(b"\x00\x07offsets\x00" + struct.pack(">I", len(body)) + body)
+    restored = OperatorStateBackend.restore([data], 0, 1)
+    assert restored.get_list_state("offsets").get() == [7, (2, "p"), {"topic": [1, 2**70]},
+                                                        b"\x00"]
+    assert restored.get_list_state("seen", "union").get() == ["é"]
+    assert restored.get_list_state("empty").get() == []
+
+
+def test_every_truncation_and_hostile_length_is_corruption():
+    data = _sample().snapshot_bytes()
+    for cut in range(len(data)):
+        with pytest.raises(CorruptionError):
+            OperatorStateBackend.restore([data[:cut]], 0, 1)
+    with pytest.raises(CorruptionError, match="follow the last state"):
+        OperatorStateBackend.restore([data + b"\x00"], 0, 1)
+    huge_count = data[:14] + struct.pack(">I", 2**32 - 1) + data[18:]
+    with pytest.raises(CorruptionError, match="cannot fit"):
+        OperatorStateBackend.restore([huge_count], 0, 1)
+    name_end = 18 + 2 + len("offsets")
+    huge_body = data[:name_end + 1] + struct.pack(">I", 2**31) + data[name_end + 5:]
+    with pytest.raises(CorruptionError, match="past the end"):
+        OperatorStateBackend.restore([huge_body], 0, 1)
+
+
+def test_elements_the_any_codec_cannot_store_are_refused_when_added():
+    state = OperatorStateBackend().get_list_state("s")
+    with pytest.raises(SerializationError, match="operator state 's'.*default 'any'"):
+        state.add(object())
+    with pytest.raises(SerializationError):
+        state.add_all([1, {2, 3}])
+    with pytest.raises(SerializationError):
+        state.update([lambda: 1])
+    assert state.get() == []
+
+
+class _Marker:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_format_1_pickles_restore_only_with_allow_pickle(tmp_path):
+    marker = tmp_path / "ran"
+    legacy = pickle.dumps((1, 0, 1, {"offsets": ("split", [1, _Marker(str(marker))])}), protocol=5)
+    with pytest.raises(PickleNotAllowedError, match="file Y: operator state written by "
+                                                   "stateengine before format 2.*allow_pickle"):
+        OperatorStateBackend.restore([legacy], 0, 1, source="file Y")
+    assert not marker.exists()
+    plain = pickle.dumps((1, 0, 1, {"offsets": ("split", [1, (2, "x")])}), protocol=5)
+    restored = OperatorStateBackend.restore([plain], 0, 1, allow_pickle=True)
+    assert restored.get_list_state("offsets").get() == [1, (2, "x")]
+    assert OperatorStateBackend.restore([restored.snapshot_bytes()], 0, 1) \
+        .get_list_state("offsets").get() == [1, (2, "x")]
 
 
 def test_operator_state_in_backend_snapshots(tmp_path):

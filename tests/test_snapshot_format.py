@@ -65,7 +65,7 @@ def test_crc32c_reference_value():
 
 def parse_meta(data: bytes) -> tuple[dict, int]:
     magic, version, length = struct.unpack_from(">4sHI", data, 0)
-    assert magic == b"SEKS" and version == 1
+    assert magic == b"SEKS" and version == 2
     pos = 10
     max_p, is_tuple, ncols = struct.unpack_from(">iBB", data, pos)
     pos += 6

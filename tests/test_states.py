@@ -11,8 +11,8 @@ import pytest
 
 from stateengine import (AggregatingStateDescriptor, KeyGroupRange,
                          ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-                         SortedMapStateDescriptor, ValueStateDescriptor, aggregates,
-                         assign_key_group, reducers)
+                         SerializationError, SortedMapStateDescriptor, ValueStateDescriptor,
+                         aggregates, assign_key_group, reducers)
 from tests.user_functions import Average
 
 
@@ -71,9 +71,10 @@ def test_mutable_default_is_copied_per_read(backend):
 
 
 @pytest.mark.parametrize("value", [
-    0, -1, 2**63 - 1, -2**63, 2**80, -2**100, 1.5, -0.0, math.inf, "", "héllo, wörld",
-    "\U0001F600", b"", b"\x00,\xff", True, False, (1, "a"), [1, [2, 3]], {"a": 1},
-    frozenset({1, 2}), Point(1, 2), Fraction(1, 3), 1 + 2j, None,
+    0, -1, 2**63 - 1, -2**63, 2**63, -2**63 - 1, 2**80, -2**100, 1.5, -0.0, math.inf, "",
+    "héllo, wörld", "\U0001F600", b"", b"\x00,\xff", True, False, (1, "a"), [1, [2, 3]],
+    {"a": 1}, (), [], {}, ((),), {(1, "k"): [None, {"x": (2**70, b"")}], 2.5: True, None: 0},
+    None,
 ])
 def test_any_values_round_trip(backend, value):
     backend.set_current_key("k")
@@ -86,6 +87,25 @@ def test_any_values_round_trip(backend, value):
     assert got == value and type(got) is type(value)
     if isinstance(value, float):
         assert math.copysign(1.0, got) == math.copysign(1.0, value)
+
+
+@pytest.mark.parametrize("value", [
+    frozenset({1, 2}), Point(1, 2), Fraction(1, 3), 1 + 2j, bytearray(b"x"), (1, Point(1, 2)),
+])
+def test_objects_need_a_pickle_state(make_backend, value):
+    """The default serializer never pickles: other objects are refused (nothing is written)
+    and round-trip through value_type="pickle" on a backend that allows pickle."""
+    plain = make_backend()
+    plain.set_current_key("k")
+    v = plain.get_state(ValueStateDescriptor("v"))
+    with pytest.raises(SerializationError, match='value_type="pickle".*allow_pickle=True'):
+        v.update(value)
+    assert v.value() is None and plain.num_state_entries("v") == 0
+    trusting = make_backend(allow_pickle=True)
+    trusting.set_current_key("k")
+    p = trusting.get_state(ValueStateDescriptor("p", value_type="pickle"))
+    p.update(value)
+    assert p.value() == value and type(p.value()) is type(value)
 
 
 def test_nan_value_round_trips(backend):
@@ -108,9 +128,10 @@ def test_numpy_scalars_decode_as_python_types(backend):
 @pytest.mark.parametrize("value_type,value", [
     (int, -2**63), (int, 12), ("int", -2**31), (np.int32, 2**31 - 1), (float, -1.25),
     (np.float32, 0.5), (str, "x,y"), (bytes, b"\x00\x01"), (bool, False), ("pickle", {1: 2}),
-    (object, Point(3, 4)),
+    ("pickle", Point(3, 4)), (object, {"point": (3, 4)}),
 ])
-def test_typed_values_round_trip(backend, value_type, value):
+def test_typed_values_round_trip(make_backend, value_type, value):
+    backend = make_backend(allow_pickle=value_type == "pickle")
     backend.set_current_key("k")
     v = backend.get_state(ValueStateDescriptor("v", value_type=value_type))
     v.update(value)
@@ -126,8 +147,8 @@ def test_list_state_add_add_all_get_update_clear(backend):
     events.add(1)
     events.add("two")
     events.add_all([3.0, b"four"])
-    events.add_all(x for x in [(5,), None.__class__])  # any iterable, any picklable value
-    assert events.get() == [1, "two", 3.0, b"four", (5,), type(None)]
+    events.add_all(x for x in [(5,), {"six": [6]}])  # any iterable, containers too
+    assert events.get() == [1, "two", 3.0, b"four", (5,), {"six": [6]}]
     events.add_all([])
     assert len(events.get()) == 6
     events.update(["x", "y"])

@@ -83,6 +83,7 @@ def restore_full(backend: "KeyedStateBackend", handles: list[FullSnapshotHandle]
     files: list[tuple[str, bool, list[int]]] = []
     sections: list[tuple[int, int, int]] = []
     downloaded: list[str] = []
+    legacy = False
     try:
         for h in handles:
             overlap = h.key_group_range.intersection(target)
@@ -96,6 +97,7 @@ def restore_full(backend: "KeyedStateBackend", handles: list[FullSnapshotHandle]
             with open(local, "rb") as f:
                 head = f.read(h.meta_length)
             meta, _ = SnapshotMeta.decode(head, source)
+            legacy = legacy or meta.format_version < 2  # may hold pickles (checkpoint/legacy.py)
             backend._check_restored_layout(meta.max_parallelism, meta.key_codecs,
                                            meta.key_is_tuple, source)
             cf_for_state = [backend._ensure_cf(s, source) for s in meta.states]
@@ -114,4 +116,5 @@ def restore_full(backend: "KeyedStateBackend", handles: list[FullSnapshotHandle]
         for local in downloaded:
             os.remove(local)
     stats["files"] = len(files)
+    stats["legacy_format"] = legacy
     return stats

@@ -50,6 +50,12 @@ class FullSnapshotHandle:
         return d
 
 
+# Generation of the entry encodings an incremental checkpoint holds: 1 (no field in the
+# manifest) may hold pickled ANY values, namespaces and user keys; 2 holds them natively
+# (snapshot format 2, checkpoint/meta.py). Restore converts generation 1 (checkpoint/legacy.py).
+VALUE_FORMAT = 2
+
+
 @dataclass
 class IncrementalHandle:
     """An incremental checkpoint: RocksDB's files, shared SSTs deduplicated across checkpoints."""
@@ -66,6 +72,7 @@ class IncrementalHandle:
     stats: dict[str, int] = field(default_factory=dict)
     operator_state: OperatorStateRef | None = None
     kind: str = "incremental"
+    value_format: int = VALUE_FORMAT
 
     def files(self) -> list[FileRef]:
         return [*self.shared, *self.private]
@@ -101,5 +108,6 @@ def handle_from_dict(d: dict[str, Any]) -> FullSnapshotHandle | IncrementalHandl
             max_parallelism=d["max_parallelism"], states=d["states"],
             key_codecs=d["key_codecs"], key_is_tuple=d["key_is_tuple"],
             shared=[_file(f) for f in d["shared"]], private=[_file(f) for f in d["private"]],
-            stats=d.get("stats", {}), operator_state=_op_state(d.get("operator_state")))
+            stats=d.get("stats", {}), operator_state=_op_state(d.get("operator_state")),
+            value_format=d.get("value_format", 1))
     raise ValueError(f"unknown handle kind {d.get('kind')!r}")

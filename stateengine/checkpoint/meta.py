@@ -10,6 +10,12 @@ Layout (big-endian), never compressed::
             | u8 native op
 
 Timers are states of kind ``timers``; operator state is not keyed and lives in its own file.
+
+Format versions: 2 is written. 1 (read too) was written before the default serializer stored
+tuples, lists, dicts and big ints natively: its entries may hold pickles (ANY tag 7) in values,
+namespaces and user keys, which restore converts (see checkpoint/legacy.py). The layout of the
+stream is the same in both; the version keeps a reader of format 1 from misreading the new
+ANY tags as corruption, and tells a reader of format 2 that conversion may be needed.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from typing import Any
 from ..errors import CorruptionError
 
 MAGIC = b"SEKS"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct(">4sHI")
 
 KIND_IDS = {"value": 0, "list": 1, "map": 2, "sorted_map": 3, "reducing": 4, "aggregating": 5,
@@ -36,6 +43,7 @@ class SnapshotMeta:
     key_is_tuple: bool
     compressed: bool
     states: list[dict[str, Any]] = field(default_factory=list)  # in state id order
+    format_version: int = FORMAT_VERSION  # of the snapshot read; encode() always writes the newest
 
     def encode(self) -> bytes:
         codecs = self.key_codecs or ()
@@ -58,9 +66,9 @@ class SnapshotMeta:
         magic, version, length = HEADER.unpack_from(data)
         if magic != MAGIC:
             raise CorruptionError(f"{source}: not a stateengine snapshot (bad magic {magic!r})")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise CorruptionError(f"{source}: snapshot format version {version} is not supported "
-                                  f"(this build reads version {FORMAT_VERSION})")
+                                  f"(this build reads versions {READABLE_VERSIONS})")
         end = HEADER.size + length
         if len(data) < end:
             raise CorruptionError(f"{source}: meta block is truncated")
@@ -89,5 +97,5 @@ class SnapshotMeta:
                 raise ValueError("meta block length does not match its contents")
         except (struct.error, UnicodeDecodeError, ValueError) as e:
             raise CorruptionError(f"{source}: corrupted meta block ({e})") from None
-        meta = cls(max_p, codecs or None, bool(is_tuple), compression == 1, states)
+        meta = cls(max_p, codecs or None, bool(is_tuple), compression == 1, states, version)
         return meta, end

@@ -17,11 +17,13 @@ import uuid
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _native
+from ..descriptors import check_no_pickle
 from ..errors import CheckpointNotFoundError, IncompatibleStateError
 from ..keygroups import KeyGroupRange
 from ..operator_state import OperatorStateBackend
 from .full import restore_full
 from .handles import FileRef, FullSnapshotHandle, IncrementalHandle, handle_from_dict
+from .legacy import convert_legacy, is_legacy
 from .storage import CheckpointStorage
 
 if TYPE_CHECKING:
@@ -73,8 +75,9 @@ def uncovered(handles: list[Handle], target: KeyGroupRange) -> list[tuple[int, i
 
 
 def restore_operator_state(handles: list[Handle], operator_index: int, parallelism: int,
-                           scratch: str) -> OperatorStateBackend:
+                           scratch: str, allow_pickle: bool = False) -> OperatorStateBackend:
     snapshots = []
+    sources = []
     for h in handles:
         if h.operator_state is None:
             continue
@@ -82,9 +85,12 @@ def restore_operator_state(handles: list[Handle], operator_index: int, paralleli
         local = storage.open_verified(h.operator_state.file, scratch)
         with open(local, "rb") as f:
             snapshots.append(f.read())
+        sources.append(storage.describe(h.operator_state.file.path))
         if not storage.is_local:
             os.remove(local)
-    return OperatorStateBackend.restore(snapshots, operator_index, parallelism)
+    source = sources[0] if len(sources) == 1 else f"operator state ({', '.join(sources)})"
+    return OperatorStateBackend.restore(snapshots, operator_index, parallelism, source,
+                                        allow_pickle=allow_pickle)
 
 
 def _materialize(handle: IncrementalHandle, db_dir: str) -> None:
@@ -113,15 +119,16 @@ def _link_or_copy(storage: CheckpointStorage, ref: FileRef, dest: str) -> None:
 
 def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list[IncrementalHandle],
                         target: KeyGroupRange, max_parallelism: int,
-                        key_type: Any) -> "KeyedStateBackend":
+                        key_type: Any, allow_pickle: bool = False) -> "KeyedStateBackend":
     relevant = [h for h in handles if not h.key_group_range.intersection(target).is_empty()]
     if not relevant:
-        return cls(path, max_parallelism, target, key_type)
+        return cls(path, max_parallelism, target, key_type, allow_pickle=allow_pickle)
     base = max(relevant, key=lambda h: len(h.key_group_range.intersection(target)))
     _prepare(path)
     try:
         _materialize(base, os.path.join(path, "db"))
-        backend = cls._open_existing(path, max_parallelism, target, base.states, key_type)
+        backend = cls._open_existing(path, max_parallelism, target, base.states, key_type,
+                                     allow_pickle)
     except BaseException:  # no half-materialized directory may stay behind
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -181,7 +188,13 @@ def _register(backend: "KeyedStateBackend", descriptors: Sequence[Any]) -> None:
 def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence[Any],
                     key_group_range: KeyGroupRange | None, max_parallelism: int | None,
                     key_type: Any, descriptors: Sequence[Any], operator_index: int,
-                    parallelism: int) -> "KeyedStateBackend":
+                    parallelism: int, allow_pickle: bool = False,
+                    keyed_only: bool = False) -> "KeyedStateBackend":
+    """See KeyedStateBackend.restore; ``keyed_only`` skips operator state and the conversion
+    of old checkpoints (KeyedStateBackend.open_for_reading)."""
+    if not allow_pickle:
+        for d in descriptors:
+            check_no_pickle(d)  # before any file is read
     hs = normalize_handles(handles)
     max_p = hs[0].max_parallelism
     if max_parallelism is not None and max_parallelism != max_p:
@@ -197,7 +210,7 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
             f"no handle holds key groups {missing} of the restore target {target}; pass the "
             f"handles of every instance that wrote the state")
     if hs[0].kind == "full":
-        backend = cls(path, max_p, target, key_type)
+        backend = cls(path, max_p, target, key_type, allow_pickle=allow_pickle)
         try:
             _register(backend, descriptors)
             backend.last_restore_stats = restore_full(backend, hs)  # type: ignore[arg-type]
@@ -205,15 +218,21 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
             backend.dispose()
             raise
     else:
-        backend = restore_incremental(cls, path, hs, target, max_p, key_type)  # type: ignore[arg-type]
+        backend = restore_incremental(cls, path, hs, target, max_p, key_type,  # type: ignore[arg-type]
+                                      allow_pickle)
         try:
             _register(backend, descriptors)
         except BaseException:
             backend.dispose()
             raise
+    if keyed_only:
+        return backend
     try:
+        if any(is_legacy(h, backend.last_restore_stats) for h in hs):
+            report = convert_legacy(backend, allow_pickle)
+            backend.last_restore_stats = dict(backend.last_restore_stats or {}, legacy=report)
         backend.operator_state = restore_operator_state(hs, operator_index, parallelism,
-                                                        backend._staging_dir)
+                                                        backend._staging_dir, allow_pickle)
     except BaseException:
         backend.dispose()
         raise

@@ -59,6 +59,8 @@ cdef extern from "codec.h" namespace "stateengine" nogil:
     CCodec kVoid, kAny, kI64, kF64, kStr, kBytes, kBool, kPickle, kI32, kF32
     CCodec kOrdI64, kOrdF64, kOrdStr, kOrdBytes, kCodecCount
     uint8_t kTagNone, kTagInt, kTagFloat, kTagStr, kTagBytes, kTagFalse, kTagTrue, kTagPickle
+    uint8_t kTagBigInt, kTagTuple, kTagList, kTagDict
+    int kMaxAnyDepth
 
     void CPutBE64 "stateengine::PutBE64"(string*, uint64_t)
     void CPutBE32 "stateengine::PutBE32"(string*, uint32_t)

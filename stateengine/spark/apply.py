@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
-from ..descriptors import StateDescriptor
+from ..descriptors import StateDescriptor, check_no_pickle
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, check_partition, \
@@ -51,6 +51,9 @@ def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescr
     names = [d.name for d in states]
     if len(set(names)) != len(names):
         raise ValueError(f"state names must be unique, got {names}")
+    if not extra.get("allow_pickle"):
+        for d in states:  # refuse on the driver, not in every task
+            check_no_pickle(d)
     cols = key_columns(key)
     n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
     return TaskConfig(
@@ -144,7 +147,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      watermark: int | None = None, processing_time: int | None = None,
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
                      memory_budget_mb: int | None = None,
-                     bottommost_bloom_filters: bool = False) -> DataFrame:
+                     bottommost_bloom_filters: bool = False,
+                     allow_pickle: bool = False) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
@@ -156,13 +160,15 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
     worker's budget; ``bottommost_bloom_filters`` keeps Bloom filters on every level, for
     states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
+    ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
+    they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
     """
     out = _schema(df, schema)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, watermark=watermark, processing_time=processing_time,
                   min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                   memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters)
+                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle)
     routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
     routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
 
@@ -201,15 +207,16 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    operator_id: str = "default", min_versions_to_retain: int = 10,
                    local_dir: str | None = None,
                    memory_budget_mb: int | None = None,
-                   bottommost_bloom_filters: bool = False) -> DataFrame:
+                   bottommost_bloom_filters: bool = False,
+                   allow_pickle: bool = False) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
-    Versions, routing and rescaling behave as in ``apply_with_state``."""
+    Versions, routing, rescaling and ``allow_pickle`` behave as in ``apply_with_state``."""
     out = _schema(df, schema)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, min_versions_to_retain=min_versions_to_retain,
                   local_dir=local_dir, memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters)
+                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle)
     routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
 
     def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

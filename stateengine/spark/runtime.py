@@ -44,6 +44,7 @@ class TaskConfig:
     memory_budget_mb: int | None = None
     bottommost_bloom_filters: bool = False
     output_cols: list[str] = field(default_factory=list)
+    allow_pickle: bool = False
 
     @property
     def key_type(self) -> Any:
@@ -59,7 +60,7 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     from ..serializers import Codec
 
     ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
-             cfg.max_parallelism)
+             cfg.max_parallelism, cfg.allow_pickle)
     with _cache_lock:
         provider = _cache.get(ident)
         if provider is not None:
@@ -69,7 +70,7 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     provider = StateStoreProvider(
         cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions, cfg.max_parallelism,
         key_type=key_type, descriptors=cfg.descriptors, local_dir=cfg.local_dir,
-        min_versions_to_retain=cfg.min_versions_to_retain)
+        min_versions_to_retain=cfg.min_versions_to_retain, allow_pickle=cfg.allow_pickle)
     evicted = []
     with _cache_lock:
         _cache[ident] = provider

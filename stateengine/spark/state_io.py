@@ -5,6 +5,9 @@ and Flink's State Processor API) and bootstrap state from a DataFrame.
 ``namespace`` (JSON text, null for the default namespace), ``user_key`` (map states) and
 ``value``. Values of typed serializers keep their Spark type; values of the default "any"
 serializer are JSON text unless ``value_type`` names a Spark type. List states give arrays.
+Nothing is unpickled unless ``allow_pickle=True``: a pickled value (a ``value_type="pickle"``
+state, or a value a version before format 2 pickled) otherwise fails the read with
+``PickleNotAllowedError``.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from ..backend import KeyedStateBackend
 from ..checkpoint.handles import handle_from_dict
 from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
-from ..descriptors import StateDescriptor, StateKind
+from ..descriptors import StateDescriptor, StateKind, check_no_pickle
 from ..errors import UnknownStateError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
-from ..serializers import Codec
+from ..serializers import Codec, to_json
 from .routing import check_no_null_keys, check_partition, default_num_partitions, \
     key_codecs_for, key_columns, route
 from .runtime import TaskConfig, guarded
@@ -43,7 +46,7 @@ _CHUNK = 4096
 def _json(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, default=repr, ensure_ascii=False)
+    return json.dumps(to_json(value), ensure_ascii=False)
 
 
 def _spark_type(codec: int, override: str | None) -> tuple[str, bool]:
@@ -68,8 +71,9 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                operator_id: str = "default", version: int | None = None,
                max_parallelism: int = DEFAULT_MAX_PARALLELISM,
                key_names: Sequence[str] | None = None, value_type: str | None = None,
-               user_key_type: str | None = None) -> DataFrame:
-    """The entries of ``state_name`` at ``version`` (default: the latest) as a DataFrame."""
+               user_key_type: str | None = None, allow_pickle: bool = False) -> DataFrame:
+    """The entries of ``state_name`` at ``version`` (default: the latest) as a DataFrame;
+    ``allow_pickle`` unpickles pickled values (only for checkpoints you trust)."""
     storage = CheckpointStorage(checkpoint)
     v, handles = _version_handles(storage, operator_id, version, max_parallelism)
     if not handles:
@@ -100,7 +104,10 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
     def rows_of(handle_json: str) -> Iterator[pd.DataFrame]:
         handle = handle_from_dict(json.loads(handle_json))
         scratch = os.path.join(tempfile.gettempdir(), "stateengine-reader", uuid.uuid4().hex)
-        backend = KeyedStateBackend.restore(scratch, [handle], handle.key_group_range)
+        backend = KeyedStateBackend.open_for_reading(scratch, [handle], handle.key_group_range,
+                                                     allow_pickle)
+        gate = _native.PickleGate(_native.PICKLE_ALLOW if allow_pickle else _native.PICKLE_REFUSE,
+                                  f"state '{state_name}'")
         try:
             cf = backend._cf_index[state_name]
             out: list[tuple] = []
@@ -109,13 +116,13 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                 chunk = backend._raw_scan(cf, lower, b"", _CHUNK)
                 for raw_key, raw_value in chunk:
                     _, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
-                    ns_value = _native.decode_for_codec(meta["namespace_codec"], ns)
-                    value = _native.decode_stored_value(kind, meta["value_codec"], raw_value)
+                    ns_value = _native.decode_for_codec(meta["namespace_codec"], ns, gate)
+                    value = _native.decode_stored_value(kind, meta["value_codec"], raw_value, gate)
                     if v_json:
                         value = [_json(e) for e in value] if kind == "list" else _json(value)
                     row = [*(key if isinstance(key, tuple) else (key,)), _json(ns_value)]
                     if has_uk:
-                        u = _native.decode_for_codec(meta["user_key_codec"], uk)
+                        u = _native.decode_for_codec(meta["user_key_codec"], uk, gate)
                         row.append(_json(u) if uk_json else u)
                     row.append(value)
                     out.append(tuple(row))
@@ -142,7 +149,8 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                     value: str, checkpoint: str, operator_id: str = "default",
                     user_key: str | None = None, namespace: str | None = None,
                     version: int = 0, num_partitions: int | None = None,
-                    max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> int:
+                    max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+                    allow_pickle: bool = False) -> int:
     """Writes one state from a DataFrame and commits it; returns the new version.
 
     Each row sets the state of its key: value states take the ``value`` column (the last row
@@ -150,13 +158,16 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
     aggregating states add it. The state at ``version`` is loaded first (0: empty), so several
     states can be bootstrapped one after another, each call adding a version.
     """
+    if not allow_pickle:
+        check_no_pickle(descriptor)
     cols = key_columns(key)
     extra = [c for c in (value, user_key, namespace) if c]
     n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
     cfg = TaskConfig(checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id,
                      num_partitions=n, max_parallelism=max_parallelism, key_cols=cols,
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
-                     batch_id=version, output_cols=["partition", "rows"])
+                     batch_id=version, output_cols=["partition", "rows"],
+                     allow_pickle=allow_pickle)
     kind = descriptor.kind
     if kind in (StateKind.MAP, StateKind.SORTED_MAP) and not user_key:
         raise ValueError(f"bootstrapping map state '{descriptor.name}' needs user_key=<column>")
