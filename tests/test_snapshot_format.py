@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import json
 import struct
 
 import pytest
@@ -65,7 +66,7 @@ def test_crc32c_reference_value():
 
 def parse_meta(data: bytes) -> tuple[dict, int]:
     magic, version, length = struct.unpack_from(">4sHI", data, 0)
-    assert magic == b"SEKS" and version == 2
+    assert magic == b"SEKS" and version == 3
     pos = 10
     max_p, is_tuple, ncols = struct.unpack_from(">iBB", data, pos)
     pos += 6
@@ -82,9 +83,14 @@ def parse_meta(data: bytes) -> tuple[dict, int]:
         pos += nlen
         kind, vc, nc, uc, merge, op = struct.unpack_from(">6B", data, pos)
         pos += 6
-        states.append({"name": name, "kind": KIND_NAMES[kind], "value_codec": vc,
-                       "namespace_codec": nc, "user_key_codec": uc, "merge": merge,
-                       "native_op": op})
+        state = {"name": name, "kind": KIND_NAMES[kind], "value_codec": vc,
+                 "namespace_codec": nc, "user_key_codec": uc, "merge": merge, "native_op": op}
+        (alen,) = struct.unpack_from(">I", data, pos)  # format 3: per-state attributes (JSON)
+        pos += 4
+        if alen:
+            state.update(json.loads(data[pos:pos + alen]))
+        pos += alen
+        states.append(state)
     assert pos == 10 + length, "meta block length does not match its contents"
     return {"max_parallelism": max_p, "key_is_tuple": bool(is_tuple), "key_codecs": key_codecs,
             "compression": compression, "states": states}, pos
@@ -358,3 +364,32 @@ def test_restore_reads_what_the_independent_parser_reads(tmp_path):
                 want[names[sid]].append((k, v))
     assert {n: got.get(n, []) for n in names} == {n: sorted(v) for n, v in want.items()}
     restored.dispose()
+
+
+def test_meta_block_keeps_state_attributes_and_refuses_damaged_ones():
+    """Attributes beyond the fixed fields (format 3) round-trip as JSON; a clash with a fixed
+    field, a non-object or an overrunning length is corruption, never a raw exception."""
+    import pytest
+
+    from stateengine.checkpoint.meta import SnapshotMeta
+    from stateengine.errors import CorruptionError
+
+    base = {"name": "s", "kind": "value", "value_codec": 1, "namespace_codec": 0,
+            "user_key_codec": 0, "merge": 0, "native_op": 0}
+    meta = SnapshotMeta(128, (2,), False, True,
+                        [dict(base, value_schema="a bigint", ttl=True), dict(base, name="t")])
+    data = meta.encode()
+    decoded, length = SnapshotMeta.decode(data)
+    assert length == len(data) and decoded.format_version == 3
+    assert decoded.states == meta.states
+    parsed, _ = parse_meta(data)
+    assert parsed["states"] == meta.states
+    for bad in (b'[1]', b'{"kind":"list"}', b'{}', b'{"a":', b"[" * 100_000):
+        blob = data.replace(b'{"ttl":true,"value_schema":"a bigint"}', bad)
+        body_delta = len(bad) - len(b'{"ttl":true,"value_schema":"a bigint"}')
+        at = data.index(b'{"ttl"') - 4
+        blob = bytearray(blob)
+        blob[at:at + 4] = len(bad).to_bytes(4, "big")
+        blob[6:10] = (int.from_bytes(data[6:10], "big") + body_delta).to_bytes(4, "big")
+        with pytest.raises(CorruptionError):
+            SnapshotMeta.decode(bytes(blob))

@@ -7,7 +7,7 @@ Layout (big-endian), never compressed::
           | u8 compression (0 none, 1 snappy framed per key group)
           | u16 n states | per state: u16 state id | u16 name length | UTF-8 name | u8 kind
             | u8 value codec | u8 namespace codec | u8 user key codec | u8 merge kind
-            | u8 native op
+            | u8 native op | (format >= 3) u32 attributes length | UTF-8 JSON object
 
 Timers are states of kind ``timers``; operator state is not keyed and lives in its own file.
 
@@ -16,10 +16,14 @@ tuples, lists, dicts and big ints natively: its entries may hold pickles (ANY ta
 namespaces and user keys, which restore converts (see checkpoint/legacy.py). The layout of the
 stream is the same in both; the version keeps a reader of format 1 from misreading the new
 ANY tags as corruption, and tells a reader of format 2 that conversion may be needed.
+Format 3 adds, per state, the attributes of its meta beyond the fixed fields (a value schema,
+a TTL flag...) as one compact JSON object with sorted keys (length 0: none); formats 1 and 2
+have none.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +31,12 @@ from typing import Any
 from ..errors import CorruptionError
 
 MAGIC = b"SEKS"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+# The fields every state meta has, stored as fixed-width fields; any other key of a state meta
+# is an attribute (format >= 3), persisted as JSON.
+FIXED_STATE_FIELDS = ("name", "kind", "value_codec", "namespace_codec", "user_key_codec",
+                      "merge", "native_op")
 HEADER = struct.Struct(">4sHI")
 
 KIND_IDS = {"value": 0, "list": 1, "map": 2, "sorted_map": 3, "reducing": 4, "aggregating": 5,
@@ -56,6 +64,10 @@ class SnapshotMeta:
             body += struct.pack(">BBBBBB", KIND_IDS[s["kind"]], s["value_codec"],
                                 s["namespace_codec"], s["user_key_codec"], s["merge"],
                                 s["native_op"])
+            attrs = state_attributes(s)
+            blob = json.dumps(attrs, sort_keys=True, separators=(",", ":")).encode() if attrs \
+                else b""
+            body += struct.pack(">I", len(blob)) + blob
         return HEADER.pack(MAGIC, FORMAT_VERSION, len(body)) + bytes(body)
 
     @classmethod
@@ -90,12 +102,38 @@ class SnapshotMeta:
                 pos += 6
                 if sid != expected or kind not in KIND_NAMES:
                     raise ValueError(f"state entry {expected} is malformed")
-                states.append({"name": name, "kind": KIND_NAMES[kind], "value_codec": vc,
-                               "namespace_codec": nc, "user_key_codec": uc, "merge": merge,
-                               "native_op": op})
+                state = {"name": name, "kind": KIND_NAMES[kind], "value_codec": vc,
+                         "namespace_codec": nc, "user_key_codec": uc, "merge": merge,
+                         "native_op": op}
+                if version >= 3:
+                    (alen,) = struct.unpack_from(">I", data, pos)
+                    pos += 4
+                    if alen > end - pos:
+                        raise ValueError(f"attributes of state entry {expected} overrun the block")
+                    if alen:
+                        state.update(decode_attributes(data[pos:pos + alen], expected))
+                    pos += alen
+                states.append(state)
             if pos != end:
                 raise ValueError("meta block length does not match its contents")
-        except (struct.error, UnicodeDecodeError, ValueError) as e:
+        except (struct.error, UnicodeDecodeError, ValueError, RecursionError) as e:
             raise CorruptionError(f"{source}: corrupted meta block ({e})") from None
         meta = cls(max_p, codecs or None, bool(is_tuple), compression == 1, states, version)
         return meta, end
+
+
+def state_attributes(meta: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of a state meta: every key beyond the fixed fields."""
+    return {k: v for k, v in meta.items() if k not in FIXED_STATE_FIELDS}
+
+
+def decode_attributes(blob: bytes, entry: int) -> dict[str, Any]:
+    """The attribute object of a state entry; ValueError unless it is a JSON object whose keys
+    are not fixed fields (those are never attributes)."""
+    attrs = json.loads(blob.decode("utf-8"))
+    if not isinstance(attrs, dict) or not attrs:
+        raise ValueError(f"attributes of state entry {entry} are not a non-empty JSON object")
+    clash = [k for k in attrs if k in FIXED_STATE_FIELDS]
+    if clash:
+        raise ValueError(f"attributes of state entry {entry} redefine fixed fields {clash}")
+    return attrs
