@@ -75,3 +75,12 @@ class SnapshotCancelledError(StateEngineError):
 class PickleNotAllowedError(StateEngineError, RuntimeError):
     """Stored data is a pickle and the reader did not pass ``allow_pickle=True``. Unpickling
     runs code chosen by whoever wrote the checkpoint, so it happens only on opt-in."""
+
+
+class StreamingBatchError(StateEngineError, RuntimeError):
+    """A task cannot tell which micro-batch it runs in: no batch id where one is needed, or a
+    streaming query's offset log that is missing, unreadable or belongs to another query."""
+
+
+class WorkerEnvironmentError(StateEngineError, RuntimeError):
+    """Spark's Python workers cannot import stateengine (raised on the driver, before a job)."""

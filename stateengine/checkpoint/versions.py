@@ -2,7 +2,8 @@
 
 Layout under the checkpoint root::
 
-    <operator>/_operator.json                  max parallelism and key type (first commit)
+    <operator>/_operator.json                  max parallelism, key type and the version the
+                                               state began at (written by the first commit)
     <operator>/shared/<ms>-<uuid>.sst          SST files, shared by incremental checkpoints
     <operator>/v<V>/p<P>-of-<N>.json           manifest of partition P of N: the commit point
     <operator>/v<V>/p<P>-of-<N>-<attempt>/     that commit's private files
@@ -73,11 +74,28 @@ class VersionCatalog:
                 f"fixed for the life of the state (rescale with num_partitions instead)")
         return props
 
-    def write_properties(self, max_parallelism: int, key_codecs: list[int] | None) -> None:
+    def write_properties(self, max_parallelism: int, key_codecs: list[int] | None,
+                         first_version: int = 0) -> None:
+        """Written once, by the first commit, before its manifest: a reader that finds a
+        manifest always finds the properties."""
         rel = f"{self.operator_id}/_operator.json"
         if not self.storage.exists(rel):
-            doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs, "format": 1}
+            doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs, "format": 1,
+                   "first_version": first_version}
             self.storage.write_atomic(rel, json.dumps(doc).encode())
+
+    def first_version(self) -> int | None:
+        """The version this operator's state began at, empty (None: no state was ever
+        committed, so it may begin at any version). Checkpoints from before this field
+        began at 0."""
+        rel = f"{self.operator_id}/_operator.json"
+        if self.storage.exists(rel):
+            raw = self._read_json(rel).get("first_version", 0)
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+                raise CorruptionError(f"{self.storage.describe(rel)} names first version "
+                                      f"{raw!r}, not an int >= 0; it is corrupted")
+            return raw
+        return 0 if self.versions() else None
 
     # ---- reading ---------------------------------------------------------------------------
 

@@ -31,9 +31,10 @@ from ..descriptors import StateDescriptor, StateKind, check_no_pickle
 from ..errors import UnknownStateError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec, to_json
-from .routing import check_no_null_keys, check_partition, default_num_partitions, \
-    key_codecs_for, key_columns, route
+from .routing import check_no_null_keys, default_num_partitions, key_codecs_for, \
+    key_columns, partition_rows, route
 from .runtime import TaskConfig, guarded
+from .workers import check_workers
 
 _SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
                 Codec.FLOAT: "float", Codec.STRING: "string", Codec.BINARY: "binary",
@@ -141,6 +142,7 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
             for handle_json in pdf["handle"]:
                 yield from rows_of(handle_json)
 
+    check_workers(spark)
     seeds = spark.createDataFrame([(json.dumps(h),) for h in handles], "handle string")
     return seeds.repartition(len(handles)).mapInPandas(run, schema)
 
@@ -172,16 +174,18 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
     if kind in (StateKind.MAP, StateKind.SORTED_MAP) and not user_key:
         raise ValueError(f"bootstrapping map state '{descriptor.name}' needs user_key=<column>")
     needed = list(dict.fromkeys([*cols, *extra]))  # a column may serve twice (key and user key)
-    routed = route(df.select(*needed), cols, n, max_parallelism)
+    # every partition commits, so a DataFrame with few keys (or none) bootstraps all of them
+    routed = route(df.select(*needed), cols, n, max_parallelism, every_partition=True)
+    check_workers(df.sparkSession)
 
     def body(task, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         state = task.handles[descriptor.name]
         backend = task.backend
         written = 0
         for pdf in batches:
+            pdf = partition_rows(pdf, task.partition_id)
             if not len(pdf):
                 continue
-            check_partition(pdf, task.partition_id)
             check_no_null_keys(pdf, cols)
             keys = list(zip(*[pdf[c].tolist() for c in cols])) if len(cols) > 1 else pdf[cols[0]].tolist()
             values = pdf[value].tolist()
