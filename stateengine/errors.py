@@ -84,3 +84,9 @@ class StreamingBatchError(StateEngineError, RuntimeError):
 
 class WorkerEnvironmentError(StateEngineError, RuntimeError):
     """Spark's Python workers cannot import stateengine (raised on the driver, before a job)."""
+
+
+class ProcessorUsageError(StateEngineError, RuntimeError):
+    """A Spark StatefulProcessor used its handle in a way transformWithState refuses too:
+    timers in time mode None, TTL outside ProcessingTime, state access without a grouping key,
+    null values, a state its init() did not declare on the driver."""

@@ -83,6 +83,13 @@ class StateStoreProvider:
         return (f"StateStoreProvider({self.storage.uri!r}, op={self.operator_id!r}, "
                 f"part={self.partition_id}/{self.num_partitions})")
 
+    @property
+    def first_version(self) -> int:
+        """The version this partition's state began at when the open backend was created
+        empty (0 unless the operator's state began at a later batch); a backend restored from
+        a committed version leaves it at 0."""
+        return self._first_version
+
     def latest_version(self) -> int:
         """The newest version readable for this partition's key groups (0 if none)."""
         return self.catalog.latest_version(self.key_group_range)

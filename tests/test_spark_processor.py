@@ -1,0 +1,93 @@
+"""Spark users' StatefulProcessors, unchanged, on stateengine: each processor of
+tests/tws_processors.py runs through Spark's real transformWithStateInPandas /
+transformWithState (a streaming query over a file source, RocksDB state store provider) and
+through stateengine.spark over the same batches (same batch ids, watermarks and batch
+timestamps, read from Spark's offset log); the outputs must be equal batch by batch."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from stateengine.spark import transform_with_state, transform_with_state_in_pandas
+from tests import tws_processors as P
+from tests.tws_compare import assert_same, run_spark, run_stateengine
+
+pytestmark = pytest.mark.spark
+
+T0 = 1_700_000_000_000
+
+
+def _frames(batches: list[list[tuple]], columns: list[str]) -> list[pd.DataFrame]:
+    return [pd.DataFrame(rows, columns=columns) for rows in batches]
+
+
+def test_every_state_method_with_two_column_keys_and_initial_state(spark, tmp_path):
+    schema = "user string, region int, amount double, tag string"
+    frames = _frames([
+        [("u1", 1, 1.0, "a"), ("u1", 1, 2.0, "b"), ("u1", 2, 3.0, "a"), ("u2", 1, 4.0, "drop")],
+        [("u1", 1, 5.0, "drop"), ("u2", 1, 6.0, "a"), ("u3", 7, 1.5, "c")],
+        [("u1", 1, 1.0, "reset"), ("u1", 1, 1.0, "a"), ("u1", 2, 2.0, "b"),
+         ("u2", 1, 0.5, "b"), ("u1", 1, 3.0, "c")],
+    ], ["user", "region", "amount", "tag"])
+    initial = spark.createDataFrame([("u1", 1, 10), ("u1", 1, 11), ("u9", 9, 12)],
+                                    "user string, region int, seed long")
+    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
+                        lambda s: s.groupBy("user", "region").transformWithStateInPandas(
+                            P.EveryStateMethod(), P.SUMMARY_SCHEMA, "Update", "None",
+                            initialState=initial.groupBy("user", "region")))
+    assert [len(b.files) for b in batches] == [1, 1, 1]
+    ours = run_stateengine(spark, batches, schema, lambda df: df,
+                           lambda df, b: transform_with_state_in_pandas(
+                               df, P.EveryStateMethod(), ["user", "region"], P.SUMMARY_SCHEMA,
+                               str(tmp_path / "state"), batch_id=b.batch_id,
+                               initial_state=initial, num_partitions=3))
+    assert_same(batches, ours)
+
+
+def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, tmp_path):
+    schema = "key string, t long"
+    frames = _frames([
+        [("a", T0), ("x", T0), ("r", T0)],
+        [("a", T0 + 3000), ("x", T0 + 1000), ("late", T0 - 20_000)],
+        [("b", T0 + 20_000), ("a", T0 - 10_000), ("x", T0 + 19_000)],
+    ], ["key", "t"])
+    out = "key string, kind string, at long, watermark long, info string"
+
+    def prepare(df):
+        return df.selectExpr("key", "timestamp_millis(t) AS ts").withWatermark("ts", "5 seconds")
+
+    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
+                        lambda s: prepare(s).groupBy("key").transformWithStateInPandas(
+                            P.EventTimeSessions(), out, "Update", "EventTime"))
+    assert len(batches) > len(frames) and not batches[-1].files  # Spark ran empty batches
+    ours = run_stateengine(spark, batches, schema, prepare,
+                           lambda df, b: transform_with_state_in_pandas(
+                               df, P.EventTimeSessions(), "key", out, str(tmp_path / "state"),
+                               time_mode="EventTime", batch_id=b.batch_id,
+                               watermark=b.watermark, processing_time=b.timestamp,
+                               event_time_column="ts", num_partitions=2))
+    assert_same(batches, ours)
+    assert any("timer" in r[1] for b in batches for r in b.rows)
+
+
+def test_row_flavour_with_initial_state_and_processing_time_timer(spark, tmp_path):
+    schema = "user string, amount double"
+    frames = _frames([[("u1", 1.0), ("u2", 2.0), ("u1", 3.0)], [("u1", 4.0), ("u3", 5.0)]],
+                     ["user", "amount"])
+    initial = spark.createDataFrame([("u1", 100.0), ("u1", 10.0), ("u4", 1.0)],
+                                    "user string, init double")
+    out = "user string, total double, seen string"
+    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
+                        lambda s: s.groupBy("user").transformWithState(
+                            P.RowsWithInitialState(), out, "Update", "ProcessingTime",
+                            initialState=initial.groupBy("user")), until_extra=1)
+    ours = run_stateengine(spark, batches, schema, lambda df: df,
+                           lambda df, b: transform_with_state(
+                               df, P.RowsWithInitialState(), "user", out,
+                               str(tmp_path / "state"), time_mode="ProcessingTime",
+                               batch_id=b.batch_id, processing_time=b.timestamp,
+                               initial_state=initial, num_partitions=2))
+    assert_same(batches, ours)

@@ -1,0 +1,243 @@
+"""StatefulProcessors written for Spark's transformWithState, as a Spark user would write them;
+tests run each through Spark and through stateengine and compare the outputs batch by batch.
+(Defined in a module so that Spark's Python workers import them by name.)
+
+Every output is deterministic whatever order keys are processed in: lists and maps are
+reported sorted, as Spark's iteration order is its own RocksDB key order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pandas as pd
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+SUMMARY_SCHEMA = "user string, region int, summary string"
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+class EveryStateMethod(StatefulProcessor):
+    """Value, list and map state, every method, on a two-column key (user, region); the
+    initial state (user, region, seed) seeds the list. Time mode None."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.acc = handle.getValueState("acc", "count long, total double")
+        self.flag = handle.getValueState(
+            "flag", StructType([StructField("on", LongType(), True)]))
+        self.tags = handle.getListState("tags", "tag string, at long")
+        self.by_tag = handle.getMapState(
+            "by_tag", StructType([StructField("tag", StringType(), True)]),
+            "n long, last double")
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame,
+                           timerValues: TimerValues) -> None:
+        for seed in initialState["seed"].tolist():
+            self.tags.appendValue((f"seed-{seed}", -1))
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        before = {"acc": self.acc.get(), "acc_exists": self.acc.exists(),
+                  "flag_exists": self.flag.exists(), "tags_exist": self.tags.exists(),
+                  "map_exists": self.by_tag.exists()}
+        count, total = self.acc.get() if self.acc.exists() else (0, 0.0)
+        new_tags = []
+        for pdf in rows:
+            count += len(pdf)
+            total += float(pdf["amount"].sum())
+            for tag, amount in zip(pdf["tag"], pdf["amount"]):
+                old = self.by_tag.getValue((tag,))
+                self.by_tag.updateValue((tag,), ((old.n if old else 0) + 1, float(amount)))
+                new_tags.append((tag, count))
+        self.acc.update((count, total))
+        if count > 5:
+            self.tags.put(list(self.tags.get())[-2:])  # keep the last two
+        elif len(new_tags) == 1:
+            self.tags.appendValue(new_tags[0])
+        else:
+            self.tags.appendList(new_tags)
+        if self.by_tag.containsKey(("drop",)):
+            self.by_tag.removeKey(("drop",))
+        if any(t == "reset" for t, _ in new_tags):
+            self.by_tag.clear()
+        if self.flag.exists():
+            self.flag.clear()
+        else:
+            self.flag.update((count,))
+        after = {"acc": self.acc.get(), "flag": self.flag.get(),
+                 "tags": sorted(self.tags.get()), "map": sorted(self.by_tag.iterator()),
+                 "keys": sorted(self.by_tag.keys()), "values": sorted(self.by_tag.values()),
+                 "a": self.by_tag.getValue(("a",)), "has_a": self.by_tag.containsKey(("a",)),
+                 "times": [timerValues.getCurrentProcessingTimeInMs(),
+                           timerValues.getCurrentWatermarkInMs()]}
+        yield pd.DataFrame({"user": [key[0]], "region": [key[1]],
+                            "summary": [_dump({"before": before, "after": after})]})
+
+    def close(self) -> None:
+        pass
+
+
+class TimersAndTtl(StatefulProcessor):
+    """Processing-time timers and TTL on value, list and map state (time mode
+    ProcessingTime). What each key does with timers depends on its name:
+
+    * ``a``: a timer 1 ms after the batch, fired in the next batch;
+    * ``b``: timers 1 ms before and at the batch time, fired in this batch after the input;
+    * ``c``: deletes its timers, then registers one 10 hours away;
+    * ``d``: a timer 1 ms after the batch; its handler registers the same time again (Spark
+      deletes it after the handler) and a time in the past (fired in the next batch).
+    """
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.short = handle.getValueState("short", "n long", 1)  # expires by the next batch
+        self.long = handle.getValueState("long", "n long", 3_600_000)
+        self.mid = handle.getValueState("mid", "n long", 20_000)
+        self.events = handle.getListState("events", "n long", 20_000)
+        self.seen = handle.getMapState("seen", "batch long", "rows long", 1)
+        self.count = handle.getValueState("count", "n long")
+        self.rearmed = handle.getValueState("rearmed", "n long")
+
+    def _visible(self) -> dict:
+        return {"short": self.short.get(), "long": self.long.get(), "mid": self.mid.get(),
+                "events": list(self.events.get()), "seen": sorted(self.seen.iterator()),
+                "mid_exists": self.mid.exists(), "events_exist": self.events.exists(),
+                "timers": sorted(self.handle.listTimers())}
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        k = key[0]
+        now = timerValues.getCurrentProcessingTimeInMs()
+        n = sum(len(p) for p in rows)
+        before = self._visible()
+        count = (self.count.get() or (0,))[0] + 1
+        self.count.update((count,))
+        self.short.update((count,))
+        self.long.update((count,))
+        if count % 2:
+            self.mid.update((count,))
+        self.events.appendValue((count,))
+        self.seen.updateValue((count,), (n,))
+        if k == "a" or k == "d":
+            self.handle.registerTimer(now + 1)
+        elif k == "b":
+            self.handle.registerTimer(now - 1)
+            self.handle.registerTimer(now)
+        elif k == "c":
+            for ts in list(self.handle.listTimers()):
+                self.handle.deleteTimer(ts)
+            self.handle.registerTimer(now + 36_000_000)
+        yield pd.DataFrame({"key": [k], "kind": ["input"], "at": [now], "rows": [n],
+                            "state": [_dump({"before": before, "after": self._visible()})]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        now = timerValues.getCurrentProcessingTimeInMs()
+        if key.key == "d" and self.rearmed.get() is None:
+            self.rearmed.update((1,))
+            self.handle.registerTimer(expiry)      # lost: Spark deletes the fired timer after
+            self.handle.registerTimer(now - 5)     # due, but fires in the next batch
+        yield pd.DataFrame({"key": [key.key], "kind": ["timer"], "at": [expiry],
+                            "rows": [0], "state": [_dump(self._visible())]})
+
+    def close(self) -> None:
+        pass
+
+
+class EventTimeSessions(StatefulProcessor):
+    """Event-time timers (time mode EventTime): each key's timer is its latest event plus 2 s;
+    key ``x`` keeps only its latest timer, key ``r`` re-arms its timer once when it fires."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.latest = handle.getValueState("latest", "ts long")
+        self.rearmed = handle.getValueState("rearmed", "done boolean")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        times = []
+        for pdf in rows:
+            times += [int(t.timestamp() * 1000) for t in pdf["ts"]]
+        latest = max(times + [(self.latest.get() or (0,))[0]])
+        self.latest.update((latest,))
+        if key[0] == "x":
+            for ts in list(self.handle.listTimers()):
+                self.handle.deleteTimer(ts)
+        self.handle.registerTimer(latest + 2000)
+        yield pd.DataFrame({"key": [key[0]], "kind": ["input"], "at": [latest],
+                            "watermark": [timerValues.getCurrentWatermarkInMs()],
+                            "info": [_dump({"times": sorted(times),
+                                            "timers": sorted(self.handle.listTimers())})]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        if key.key == "r" and not self.rearmed.exists():
+            self.rearmed.update((True,))
+            self.handle.registerTimer(expiry + 1000)
+        yield pd.DataFrame({"key": [key.key], "kind": ["timer"], "at": [expiry],
+                            "watermark": [timerValues.getCurrentWatermarkInMs()],
+                            "info": [_dump({"timers": sorted(self.handle.listTimers())})]})
+
+    def close(self) -> None:
+        pass
+
+
+class RowsWithInitialState(StatefulProcessor):
+    """The Row flavour (transformWithState): a running total seeded from the initial state, one
+    Row per initial-state row, and a processing-time timer that reports the total."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.total = handle.getValueState("total", StructType([StructField("t", DoubleType())]))
+        self.seen = handle.getListState("seen", "what string")
+
+    def handleInitialState(self, key: Any, initialState: Row, timerValues: TimerValues) -> None:
+        t = (self.total.get() or (0.0,))[0] + initialState.init
+        self.total.update((t,))
+        self.seen.appendValue((f"init {initialState.init}",))
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: TimerValues) -> Iterator[Row]:
+        t = (self.total.get() or (0.0,))[0]
+        for row in rows:
+            t += row.amount
+            self.seen.appendValue((f"{row.user}:{row.amount}",))
+        self.total.update((t,))
+        if not list(self.handle.listTimers()):
+            self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1)
+        yield Row(user=key[0], total=t, seen=_dump(sorted(x[0] for x in self.seen.get())))
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+        yield Row(user=key.user, total=-(self.total.get() or (0.0,))[0], seen="timer")
+
+    def close(self) -> None:
+        pass
+
+
+class RunningTotals(StatefulProcessor):
+    """The bench's job: a running count and sum per user in one ValueState."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.acc = handle.getValueState("acc", "count long, total double")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        count, total = self.acc.get() if self.acc.exists() else (0, 0.0)
+        for pdf in rows:
+            count += len(pdf)
+            total += float(pdf["amount"].sum())
+        self.acc.update((count, total))
+        yield pd.DataFrame({"user": [key[0]], "count": [count], "total": [total]})
+
+    def close(self) -> None:
+        pass
