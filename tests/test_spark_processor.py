@@ -24,27 +24,52 @@ def _frames(batches: list[list[tuple]], columns: list[str]) -> list[pd.DataFrame
     return [pd.DataFrame(rows, columns=columns) for rows in batches]
 
 
-def test_every_state_method_with_two_column_keys_and_initial_state(spark, tmp_path):
-    schema = "user string, region int, amount double, tag string"
+STATES_SCHEMA = "user string, region int, amount double, tag string"
+
+
+def _initial_states(session):
+    return session.createDataFrame([("u1", 1, 10), ("u1", 1, 11), ("u9", 9, 12)],
+                                   "user string, region int, seed long")
+
+
+@pytest.fixture(scope="module")
+def every_state_method_in_spark(spark, tmp_path_factory):
+    """Spark's run of EveryStateMethod (shared by the classic and the Connect replay)."""
     frames = _frames([
         [("u1", 1, 1.0, "a"), ("u1", 1, 2.0, "b"), ("u1", 2, 3.0, "a"), ("u2", 1, 4.0, "drop")],
         [("u1", 1, 5.0, "drop"), ("u2", 1, 6.0, "a"), ("u3", 7, 1.5, "c")],
         [("u1", 1, 1.0, "reset"), ("u1", 1, 1.0, "a"), ("u1", 2, 2.0, "b"),
          ("u2", 1, 0.5, "b"), ("u1", 1, 3.0, "c")],
     ], ["user", "region", "amount", "tag"])
-    initial = spark.createDataFrame([("u1", 1, 10), ("u1", 1, 11), ("u9", 9, 12)],
-                                    "user string, region int, seed long")
-    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
+    initial = _initial_states(spark).groupBy("user", "region")
+    batches = run_spark(spark, str(tmp_path_factory.mktemp("spark")), frames, STATES_SCHEMA,
                         lambda s: s.groupBy("user", "region").transformWithStateInPandas(
                             P.EveryStateMethod(), P.SUMMARY_SCHEMA, "Update", "None",
-                            initialState=initial.groupBy("user", "region")))
+                            initialState=initial))
     assert [len(b.files) for b in batches] == [1, 1, 1]
-    ours = run_stateengine(spark, batches, schema, lambda df: df,
+    return batches
+
+
+def _replay_every_state_method(session, batches, state_dir):
+    initial = _initial_states(session)
+    return run_stateengine(session, batches, STATES_SCHEMA, lambda df: df,
                            lambda df, b: transform_with_state_in_pandas(
                                df, P.EveryStateMethod(), ["user", "region"], P.SUMMARY_SCHEMA,
-                               str(tmp_path / "state"), batch_id=b.batch_id,
-                               initial_state=initial, num_partitions=3))
-    assert_same(batches, ours)
+                               state_dir, batch_id=b.batch_id, initial_state=initial,
+                               num_partitions=3))
+
+
+def test_every_state_method_with_two_column_keys_and_initial_state(
+        spark, every_state_method_in_spark, tmp_path):
+    batches = every_state_method_in_spark
+    assert_same(batches, _replay_every_state_method(spark, batches, str(tmp_path / "state")))
+
+
+def test_every_state_method_on_spark_connect(connect, every_state_method_in_spark, tmp_path):
+    """The same processor through a Spark Connect session (no SparkContext, RDD or JVM on the
+    driver path)."""
+    batches = every_state_method_in_spark
+    assert_same(batches, _replay_every_state_method(connect, batches, str(tmp_path / "state")))
 
 
 def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, tmp_path):
@@ -73,21 +98,37 @@ def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, tmp_pat
     assert any("timer" in r[1] for b in batches for r in b.rows)
 
 
-def test_row_flavour_with_initial_state_and_processing_time_timer(spark, tmp_path):
-    schema = "user string, amount double"
+ROWS_SCHEMA = "user string, amount double"
+ROWS_OUT = "user string, total double, seen string"
+
+
+@pytest.fixture(scope="module")
+def rows_in_spark(spark, tmp_path_factory):
     frames = _frames([[("u1", 1.0), ("u2", 2.0), ("u1", 3.0)], [("u1", 4.0), ("u3", 5.0)]],
                      ["user", "amount"])
     initial = spark.createDataFrame([("u1", 100.0), ("u1", 10.0), ("u4", 1.0)],
                                     "user string, init double")
-    out = "user string, total double, seen string"
-    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
-                        lambda s: s.groupBy("user").transformWithState(
-                            P.RowsWithInitialState(), out, "Update", "ProcessingTime",
-                            initialState=initial.groupBy("user")), until_extra=1)
-    ours = run_stateengine(spark, batches, schema, lambda df: df,
+    return run_spark(spark, str(tmp_path_factory.mktemp("spark")), frames, ROWS_SCHEMA,
+                     lambda s: s.groupBy("user").transformWithState(
+                         P.RowsWithInitialState(), ROWS_OUT, "Update", "ProcessingTime",
+                         initialState=initial.groupBy("user")), until_extra=1)
+
+
+def _replay_rows(session, batches, state_dir):
+    initial = session.createDataFrame([("u1", 100.0), ("u1", 10.0), ("u4", 1.0)],
+                                      "user string, init double")
+    return run_stateengine(session, batches, ROWS_SCHEMA, lambda df: df,
                            lambda df, b: transform_with_state(
-                               df, P.RowsWithInitialState(), "user", out,
-                               str(tmp_path / "state"), time_mode="ProcessingTime",
-                               batch_id=b.batch_id, processing_time=b.timestamp,
-                               initial_state=initial, num_partitions=2))
-    assert_same(batches, ours)
+                               df, P.RowsWithInitialState(), "user", ROWS_OUT, state_dir,
+                               time_mode="ProcessingTime", batch_id=b.batch_id,
+                               processing_time=b.timestamp, initial_state=initial,
+                               num_partitions=2))
+
+
+def test_row_flavour_with_initial_state_and_processing_time_timer(spark, rows_in_spark,
+                                                                    tmp_path):
+    assert_same(rows_in_spark, _replay_rows(spark, rows_in_spark, str(tmp_path / "state")))
+
+
+def test_row_flavour_on_spark_connect(connect, rows_in_spark, tmp_path):
+    assert_same(rows_in_spark, _replay_rows(connect, rows_in_spark, str(tmp_path / "state")))

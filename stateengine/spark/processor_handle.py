@@ -298,6 +298,11 @@ class ListState(sp.ListState):
                 not hasattr(values, "__iter__"):
             raise ProcessorUsageError(f"state '{self._stateName}': {what} takes a list of "
                                       f"tuples, got {values!r:.80}")
+        values = list(values)
+        if not values:
+            raise ProcessorUsageError(
+                f"state '{self._stateName}': {what}([]) is refused, as Spark refuses to write "
+                f"an empty list; use clear() to empty the list")
         out = []
         for v in values:
             if v is None:

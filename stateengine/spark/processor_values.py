@@ -62,10 +62,11 @@ def _int_field(bits: int, type_name: str) -> Callable[[Any], Any]:
     return convert
 
 
-def _float_field(type_name: str) -> Callable[[Any], Any]:
+def _float_field(type_name: str, single: bool) -> Callable[[Any], Any]:
     def convert(v: Any) -> float:
         if isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, bool):
-            return float(v)
+            # a float field holds what Spark's 32-bit float holds (0.1 -> 0.10000000149...)
+            return float(np.float32(v)) if single else float(v)
         raise _Fail(f"is {type_name}, got {_describe(v)}")
     return convert
 
@@ -113,12 +114,20 @@ def _date_field(v: Any) -> int:
 
 
 def _decimal_field(data_type: T.DecimalType) -> Callable[[Any], Any]:
+    """Decimals as text at the type's scale (Spark returns Decimal('3.10') for 3.1 stored in
+    a decimal(10,2)); a value that needs more digits than the precision is refused."""
+    step = decimal.Decimal(1).scaleb(-data_type.scale)
+
     def convert(v: Any) -> str:
-        if isinstance(v, decimal.Decimal):
-            return str(v)
         if isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, bool):
-            return str(int(v))
-        raise _Fail(f"is {data_type.simpleString()}, got {_describe(v)}")
+            v = decimal.Decimal(int(v))
+        if not isinstance(v, decimal.Decimal) or not v.is_finite():
+            raise _Fail(f"is {data_type.simpleString()}, got {_describe(v)}")
+        q = v.quantize(step, rounding=decimal.ROUND_HALF_UP)
+        if len(q.as_tuple().digits) > data_type.precision:
+            raise _Fail(f"is {data_type.simpleString()}, and {v} needs more than "
+                        f"{data_type.precision} digits")
+        return str(q)
     return convert
 
 
@@ -132,7 +141,7 @@ class _Field:
         if t in _INT_RANGES:
             self.store = _int_field(_INT_RANGES[t], data_type.simpleString())
         elif t in (T.DoubleType, T.FloatType):
-            self.store = _float_field(data_type.simpleString())
+            self.store = _float_field(data_type.simpleString(), t is T.FloatType)
         elif t is T.StringType or isinstance(data_type, T.StringType):
             self.store = _string_field
         elif t is T.BooleanType:
@@ -218,6 +227,10 @@ class RowCodec:
         self.nullable = [f.nullable for f in schema.fields]
         exact = [_EXACT.get(type(f.dataType)) for f in schema.fields]
         self._exact: tuple | None = tuple(exact) if all(exact) else None
+        # integer fields: (index, lowest, highest), range-checked on the fast path too
+        self._ranges = [(i, -(1 << (b - 1)), (1 << (b - 1)) - 1)
+                        for i, f in enumerate(schema.fields)
+                        if (b := _INT_RANGES.get(type(f.dataType)))]
         self._loads = [(i, f.load) for i, f in enumerate(self.fields) if f.load is not None]
         self.row = Row(*self.names)
 
@@ -228,8 +241,12 @@ class RowCodec:
             for v, t in zip(value, exact):
                 if type(v) is not t:
                     break
-            else:
-                return value  # every field already has its Python type: nothing to convert
+            else:  # every field already has its Python type: nothing to convert
+                for i, lo, hi in self._ranges:
+                    if not lo <= value[i] <= hi:
+                        break
+                else:
+                    return value
         return self.store_fields(value)
 
     def store_fields(self, value: Any) -> tuple:

@@ -1,0 +1,182 @@
+"""The StatefulProcessorHandle that stateengine gives a Spark processor, on a plain backend (no
+Spark session): values by Spark schema as Spark's handle returns them, list and map
+semantics, timers, deleteIfExists, and the refusals Spark makes too.
+
+Expected values of the schema round trip are what Spark 4.3's own handle returned for the
+same update (probed with transformWithStateInPandas on the RocksDB state store)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql import types as T
+from pyspark.sql.streaming import stateful_processor as sp
+
+from stateengine.errors import ProcessorUsageError, SerializationError, StateRegistrationError
+from stateengine.spark.processor_handle import ProcessorHandle, ProcessorRuntime
+from stateengine.spark.processor_values import RowCodec
+
+ALL_TYPES = T.StructType([
+    T.StructField("a", T.LongType()), T.StructField("b", T.DoubleType()),
+    T.StructField("c", T.TimestampType()), T.StructField("d", T.DateType()),
+    T.StructField("e", T.DecimalType(10, 2)), T.StructField("f", T.ArrayType(T.LongType())),
+    T.StructField("g", T.MapType(T.StringType(), T.LongType())),
+    T.StructField("h", T.StructType([T.StructField("x", T.LongType()),
+                                     T.StructField("y", T.StringType())])),
+    T.StructField("i", T.IntegerType()), T.StructField("j", T.FloatType())])
+
+
+@pytest.fixture
+def handle(make_backend):
+    def factory(time_mode="ProcessingTime", schemas=None):
+        rt = ProcessorRuntime(make_backend(key_type=str), time_mode, schemas or {}, ["k"], "UTC")
+        return rt, ProcessorHandle(rt)
+    return factory
+
+
+def test_values_come_back_as_spark_returns_them(handle):
+    rt, h = handle(schemas={"n long": T.StructType([T.StructField("n", T.LongType())])})
+    v = h.getValueState("v", ALL_TYPES)
+    assert isinstance(h, sp.StatefulProcessorHandle) and isinstance(v, sp.ValueState)
+    rt.set_key("a")
+    v.update((1, 2.5, datetime.datetime(2024, 5, 6, 7, 8, 9, 123456), datetime.date(2024, 1, 2),
+              decimal.Decimal("3.14"), [1, 2], {"k": 3}, (4, "y"), 5, 1.5))
+    got = v.get()
+    assert got == (1, 2.5, datetime.datetime(2024, 5, 6, 7, 8, 9, 123456),
+                   datetime.date(2024, 1, 2), decimal.Decimal("3.14"), [1, 2], {"k": 3},
+                   Row(x=4, y="y"), 5, 1.5)
+    assert type(got) is tuple and type(got[7]) is Row and got[7].y == "y"
+    # conversions where Spark would store null or a float32 / a scaled decimal
+    v.update((2, 3, datetime.datetime(2024, 1, 1), datetime.date(2024, 1, 1),
+              decimal.Decimal("3.1"), [], {}, {"x": 1, "y": None}, 7.0, 0.1))
+    got = v.get()
+    assert got[1] == 3.0 and type(got[1]) is float and got[4] == decimal.Decimal("3.10")
+    assert got[8] == 7 and got[9] == pytest.approx(0.1) and got[9] != 0.1  # 32-bit float
+    counter = h.getValueState("counter", "n long")  # a DDL parsed on the driver
+    counter.update((5,))
+    assert counter.get() == (5,) and counter.exists()
+    counter.clear()
+    assert counter.get() is None and not counter.exists()
+
+
+@pytest.mark.parametrize("value, message", [
+    ((1, "x"), "field 'b' is double, got str"),
+    ((1.5, 1.0), "field 'a' is bigint, got float 1.5"),
+    ((1 << 63, 1.0), "out of its range"),
+    ((1,), "has 1 fields but the schema has 2"),
+    ("text", "must be a tuple, Row, list or dict"),
+])
+def test_values_that_do_not_fit_the_schema_are_refused(handle, value, message):
+    rt, h = handle()
+    v = h.getValueState("v", T.StructType([T.StructField("a", T.LongType()),
+                                           T.StructField("b", T.DoubleType(), False)]))
+    rt.set_key("a")
+    v.update((1, 2.0))
+    with pytest.raises(SerializationError, match=message):
+        v.update(value)
+    with pytest.raises(SerializationError, match="field 'b'"):
+        v.update((1, None))  # b is not nullable
+    assert v.get() == (1, 2.0)  # nothing was written
+    with pytest.raises(ProcessorUsageError, match="update\\(None\\)"):
+        v.update(None)
+    assert RowCodec(T.StructType([T.StructField("a", T.LongType())]), "s").store(
+        {"a": 3}) == (3,)
+
+
+def test_list_and_map_state_methods(handle):
+    rt, h = handle()
+    lst = h.getListState("l", T.StructType([T.StructField("x", T.LongType())]))
+    m = h.getMapState("m", T.StructType([T.StructField("k", T.StringType())]),
+                      T.StructType([T.StructField("n", T.LongType()),
+                                    T.StructField("z", T.DoubleType())]))
+    rt.set_key("a")
+    assert not lst.exists() and list(lst.get()) == [] and not m.exists()
+    lst.appendValue((1,))
+    lst.appendList([(2,), (3,)])
+    assert lst.exists() and list(lst.get()) == [(1,), (2,), (3,)]
+    lst.put([(9,)])
+    assert list(lst.get()) == [(9,)]
+    for call in (lambda: lst.put([]), lambda: lst.appendList([])):
+        with pytest.raises(ProcessorUsageError, match="empty list"):
+            call()
+    with pytest.raises(ProcessorUsageError, match="None element"):
+        lst.appendList([(1,), None])
+    assert list(lst.get()) == [(9,)]
+    lst.clear()
+    assert not lst.exists()
+
+    m.updateValue(("a",), (1, 2.5))
+    m.updateValue(("b",), (2, 3))
+    assert m.getValue(("a",)) == Row(n=1, z=2.5) and m.getValue(("a",)).z == 2.5
+    assert m.getValue(("zz",)) is None and m.containsKey(("b",)) and not m.containsKey(("c",))
+    assert sorted(m.iterator()) == [(("a",), (1, 2.5)), (("b",), (2, 3.0))]
+    assert sorted(m.keys()) == [("a",), ("b",)] and sorted(m.values()) == [(1, 2.5), (2, 3.0)]
+    m.removeKey(("a",))
+    assert list(m.keys()) == [("b",)]
+    rt.set_key("other")
+    assert not m.exists() and not lst.exists()
+    rt.set_key("a")
+    m.clear()
+    assert not m.exists()
+
+
+def test_state_needs_a_grouping_key_and_reserved_names(handle):
+    rt, h = handle()
+    v = h.getValueState("v", T.StructType([T.StructField("n", T.LongType())]))
+    with pytest.raises(ProcessorUsageError, match="needs a grouping key"):
+        v.get()  # as in init()
+    with pytest.raises(ProcessorUsageError, match="needs a grouping key"):
+        h.registerTimer(5)
+    with pytest.raises(StateRegistrationError, match="reserved"):
+        h.getValueState("$timers", T.StructType([T.StructField("n", T.LongType())]))
+    with pytest.raises(ProcessorUsageError, match="was not declared"):
+        h.getValueState("w", "n long")  # a DDL the driver never parsed
+
+
+def test_timers_per_key_fire_from_a_snapshot_and_are_deleted_after_their_handler(handle):
+    rt, h = handle("ProcessingTime")
+    rt.set_key("a")
+    for ts in (30, 10, 20, 10):
+        h.registerTimer(ts)
+    rt.set_key("b")
+    h.registerTimer(15)
+    h.registerTimer(99)
+    assert list(h.listTimers()) == [15, 99]
+    rt.set_key("a")
+    assert list(h.listTimers()) == [10, 20, 30]  # one timer per time, in time order
+    h.deleteTimer(30)
+    due = rt.due_timers(20)
+    assert due == [("a", 10), ("b", 15), ("a", 20)]
+    rt.set_key("a")
+    assert list(h.listTimers()) == [10, 20]  # listed until its handler ran, as in Spark
+    h.registerTimer(10)  # the handler registers the firing time again: deleted after it
+    h.registerTimer(5)   # a past time: fires in the next batch
+    rt.timer_fired(10)
+    assert list(h.listTimers()) == [5, 20]
+    assert rt.due_timers(20) == [("a", 5)]  # not 10; 20 was taken in the first snapshot
+
+
+def test_timer_calls_are_refused_in_time_mode_none(handle):
+    rt, h = handle("None")
+    rt.set_key("a")
+    for call in (lambda: h.registerTimer(1), lambda: h.deleteTimer(1), h.listTimers):
+        with pytest.raises(ProcessorUsageError, match="time mode None"):
+            call()
+
+
+def test_delete_if_exists_clears_a_state_for_every_key(handle):
+    rt, h = handle()
+    old = h.getValueState("old", T.StructType([T.StructField("n", T.LongType())]))
+    keep = h.getValueState("keep", T.StructType([T.StructField("n", T.LongType())]))
+    for k in ("a", "b", "c"):
+        rt.set_key(k)
+        old.update((1,))
+        keep.update((2,))
+    h.deleteIfExists("old")
+    h.deleteIfExists("never-declared")  # nothing to delete
+    for k in ("a", "b", "c"):
+        rt.set_key(k)
+        assert old.get() is None and keep.get() == (2,)
