@@ -5,8 +5,10 @@ Incremental checkpoints: the handle overlapping the target range most becomes th
 (its files are opened directly); if it covers more than the target range it is clipped with
 DeleteRange; the key groups the target needs from other handles are copied from temporary
 instances of those handles. Either way every file is checked against its recorded size and
-CRC-32C first, the handles' ranges must cover the target range, and a failed restore disposes
-the partial backend (and any files it placed) before raising.
+CRC-32C first, every path is confined to its checkpoint root, the handles' ranges must cover
+the target range, a restored RocksDB directory is opened only if it exists (never created
+empty), and a failed restore disposes the partial backend (and any files it placed) before
+raising.
 """
 
 from __future__ import annotations
@@ -14,24 +16,28 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from .. import _native
-from ..errors import CheckpointNotFoundError, IncompatibleStateError
+from ..errors import (CheckpointNotFoundError, CorruptionError, IncompatibleStateError,
+                      StateEngineError, StateRegistrationError, StorageError)
 from ..keygroups import KeyGroupRange
 from ..operator_state import OperatorStateBackend
 from .full import restore_full
-from .handles import FileRef, FullSnapshotHandle, IncrementalHandle, handle_from_dict
+from .handles import FullSnapshotHandle, IncrementalHandle, handle_from_dict
+from .interface import BackendFactory, RestoreTarget
 from .storage import CheckpointStorage
-
-if TYPE_CHECKING:
-    from ..backend import KeyedStateBackend
 
 Handle = FullSnapshotHandle | IncrementalHandle
 
 
-def normalize_handles(handles: Sequence[Handle | dict[str, Any]]) -> list[Handle]:
-    out = [handle_from_dict(h) if isinstance(h, dict) else h for h in handles]
+def normalize_handles(handles: Sequence[Handle | dict[str, Any]],
+                      hmac_key: bytes | None = None) -> list[Handle]:
+    """Handle objects as given; dicts (``to_dict`` forms) decoded with their seal checked."""
+    out = [handle_from_dict(h, source=f"handle {i}", hmac_key=hmac_key) if isinstance(h, dict)
+           else h for i, h in enumerate(handles)]
+    if any(not isinstance(h, (FullSnapshotHandle, IncrementalHandle)) for h in out):
+        raise TypeError("restore takes snapshot or checkpoint handles (or their to_dict() forms)")
     if not out:
         raise CheckpointNotFoundError("restore needs at least one snapshot or checkpoint handle")
     kinds = {h.kind for h in out}
@@ -88,32 +94,38 @@ def restore_operator_state(handles: list[Handle], operator_index: int, paralleli
 
 
 def _materialize(handle: IncrementalHandle, db_dir: str) -> None:
-    """Places a checkpoint's files as an openable RocksDB directory, verifying each."""
+    """Places a checkpoint's files as an openable RocksDB directory, verifying each; SST files
+    (immutable) are hard-linked when the checkpoint is local."""
     storage = CheckpointStorage(handle.root)
     os.makedirs(db_dir, exist_ok=True)
     for ref in handle.files():
         dest = os.path.join(db_dir, ref.local_name or os.path.basename(ref.path))
-        if storage.is_local and dest.endswith(".sst"):
-            _link_or_copy(storage, ref, dest)
-        else:
-            storage.download(ref, dest)
+        if os.path.dirname(dest) != db_dir or os.path.lexists(dest):
+            raise CorruptionError(f"checkpoint {_describe(handle)}: local file name "
+                                  f"{ref.local_name!r} is not a plain, unique name")
+        storage.place_verified(ref, dest, link=dest.endswith(".sst"))
 
 
-def _link_or_copy(storage: CheckpointStorage, ref: FileRef, dest: str) -> None:
-    # SST files are immutable, so the live DB may share them with the checkpoint by hard link.
-    src = storage.full_path(ref.path)
-    if not os.path.exists(src):
-        raise CheckpointNotFoundError(f"checkpoint file {storage.describe(ref.path)} does not exist")
+def _describe(handle: IncrementalHandle) -> str:
+    return CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
+
+
+def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str,
+                       target: KeyGroupRange, key_type: Any) -> RestoreTarget:
+    """Opens what _materialize placed; a directory RocksDB cannot open (no CURRENT, a
+    MANIFEST that names missing files or other column families) is a corrupted checkpoint."""
     try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)
-    storage.verify_local(ref, dest)
+        return cls.open_restored(path, handle.max_parallelism, target, handle.states, key_type)
+    except CorruptionError:
+        raise
+    except StorageError as e:
+        raise CorruptionError(f"checkpoint {_describe(handle)} does not open as a RocksDB "
+                              f"database ({e}); its files are inconsistent") from None
 
 
-def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list[IncrementalHandle],
+def restore_incremental(cls: BackendFactory, path: str, handles: list[IncrementalHandle],
                         target: KeyGroupRange, max_parallelism: int,
-                        key_type: Any) -> "KeyedStateBackend":
+                        key_type: Any) -> RestoreTarget:
     relevant = [h for h in handles if not h.key_group_range.intersection(target).is_empty()]
     if not relevant:
         return cls(path, max_parallelism, target, key_type)
@@ -121,38 +133,42 @@ def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list
     _prepare(path)
     try:
         _materialize(base, os.path.join(path, "db"))
-        backend = cls._open_existing(path, max_parallelism, target, base.states, key_type)
+        backend = _open_materialized(cls, base, path, target, key_type)
     except BaseException:  # no half-materialized directory may stay behind
         shutil.rmtree(path, ignore_errors=True)
         raise
     try:
-        source = CheckpointStorage(base.root).describe(f"checkpoint {base.checkpoint_id}")
-        backend._check_restored_layout(base.max_parallelism, base.key_codecs, base.key_is_tuple,
-                                       source)
+        backend.check_restored_layout(base.max_parallelism, base.key_codecs, base.key_is_tuple,
+                                      _describe(base))
         if (base.key_group_range.start < target.start or base.key_group_range.end > target.end):
             _native.clip_to_range(backend)
         for h in relevant:
             if h is base:
                 continue
             _copy_from(cls, backend, h, target)
-        backend._checkpointer.adopt(base)
+        backend.adopt_checkpoint(base)
     except BaseException:
         backend.dispose()
         raise
     return backend
 
 
-def _copy_from(cls: type["KeyedStateBackend"], backend: "KeyedStateBackend",
-               handle: IncrementalHandle, target: KeyGroupRange) -> None:
-    tmp = os.path.join(backend._staging_dir, f"restore-{uuid.uuid4().hex}")
+def _copy_from(cls: BackendFactory, backend: RestoreTarget, handle: IncrementalHandle,
+               target: KeyGroupRange) -> None:
+    tmp = os.path.join(backend.staging_dir, f"restore-{uuid.uuid4().hex}")
     os.makedirs(tmp)
-    _materialize(handle, os.path.join(tmp, "db"))
-    src = cls._open_existing(tmp, handle.max_parallelism, handle.key_group_range, handle.states, None)
     try:
-        source = CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
-        backend._check_restored_layout(handle.max_parallelism, handle.key_codecs,
-                                       handle.key_is_tuple, source)
-        cf_map = [(src._cf_index[m["name"]], backend._ensure_cf(m, source)) for m in handle.states]
+        _materialize(handle, os.path.join(tmp, "db"))
+        src = _open_materialized(cls, handle, tmp, handle.key_group_range, None)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        source = _describe(handle)
+        backend.check_restored_layout(handle.max_parallelism, handle.key_codecs,
+                                      handle.key_is_tuple, source)
+        cf_map = [(src.column_family(m["name"]), backend.restored_column_family(m, source))
+                  for m in handle.states]
         overlap = handle.key_group_range.intersection(target)
         _native.copy_key_groups(src, backend, cf_map, overlap.start, overlap.end)
     finally:
@@ -161,16 +177,12 @@ def _copy_from(cls: type["KeyedStateBackend"], backend: "KeyedStateBackend",
 
 def _prepare(path: str) -> None:
     if os.path.exists(path) and os.listdir(path):
-        from ..errors import StateEngineError
-
         raise StateEngineError(f"restore target {path} is not empty; restore into a fresh directory")
     os.makedirs(path, exist_ok=True)
 
 
-def _register(backend: "KeyedStateBackend", descriptors: Sequence[Any]) -> None:
+def _register(backend: RestoreTarget, descriptors: Sequence[Any]) -> None:
     """Registers descriptors; a clash with restored state is an IncompatibleStateError."""
-    from ..errors import StateRegistrationError
-
     for d in descriptors:
         try:
             backend.get_state(d)
@@ -178,11 +190,11 @@ def _register(backend: "KeyedStateBackend", descriptors: Sequence[Any]) -> None:
             raise IncompatibleStateError(f"restored state does not fit the descriptors: {e}") from None
 
 
-def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence[Any],
+def restore_backend(cls: BackendFactory, path: str, handles: Sequence[Any],
                     key_group_range: KeyGroupRange | None, max_parallelism: int | None,
                     key_type: Any, descriptors: Sequence[Any], operator_index: int,
-                    parallelism: int) -> "KeyedStateBackend":
-    hs = normalize_handles(handles)
+                    parallelism: int, hmac_key: bytes | None = None) -> RestoreTarget:
+    hs = normalize_handles(handles, hmac_key)
     max_p = hs[0].max_parallelism
     if max_parallelism is not None and max_parallelism != max_p:
         raise IncompatibleStateError(
@@ -213,7 +225,7 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
             raise
     try:
         backend.operator_state = restore_operator_state(hs, operator_index, parallelism,
-                                                        backend._staging_dir)
+                                                        backend.staging_dir)
     except BaseException:
         backend.dispose()
         raise
