@@ -65,8 +65,10 @@ def seal(doc: dict[str, Any], key: bytes | None) -> dict[str, Any]:
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=True,
-                      allow_nan=False).encode("ascii")
+    """A sealed document's file content: compact, sorted JSON (``stateengine`` or ``jq``
+    print it readably)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii") + b"\n"
 
 
 @dataclass(frozen=True)

@@ -49,12 +49,20 @@ def confine(rel: str, source: str) -> str:
                               f"directory") from None
 
 
-def check_inside(root: str, full: str, source: str) -> None:
-    """On local storage: full (or, if it does not exist yet, its parent) must resolve, symlinks
-    followed, to a place inside root."""
-    real_root = os.path.realpath(root)
-    probe = full if os.path.lexists(full) else os.path.dirname(full)
-    real = os.path.realpath(probe)
+def check_inside(real_root: str, root: str, rel: str, source: str) -> None:
+    """On local storage: root/rel must resolve, symlinks followed, to a place inside real_root
+    (the root's own realpath). Only the components below the root are looked at (one lstat
+    each); a symlink among them is resolved fully. A path that does not exist yet is checked
+    through the part that does, so a symlinked parent is caught too."""
+    path = root
+    for part in rel.split("/"):
+        path = f"{path}/{part}"
+        if os.path.islink(path):
+            break
+    else:
+        return
+    real = os.path.realpath(f"{root}/{rel}")
     if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
-        raise CorruptionError(f"{source}: {full} resolves to {real}, outside the checkpoint "
-                              f"directory {real_root} (a symlink leaves the root); refusing it")
+        raise CorruptionError(f"{source}: {root}/{rel} resolves to {real}, outside the "
+                              f"checkpoint directory {real_root} (a symlink leaves the root); "
+                              f"refusing it")

@@ -103,11 +103,12 @@ class VersionCatalog:
     def properties(self) -> dict[str, Any] | None:
         """max_parallelism and key_codecs of the operator (None before its first commit)."""
         rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
-        if not self.storage.exists(rel):
+        try:
+            data = self.storage.read_bytes(rel)
+        except CheckpointNotFoundError:
             return None
         source = self.storage.describe(rel)
-        doc, _ = docs.load(self.storage.read_bytes(rel), source, self.hmac_key,
-                           _LEGACY_PROPERTIES)
+        doc, _ = docs.load(data, source, self.hmac_key, _LEGACY_PROPERTIES)
         codecs = doc.get("key_codecs")
         try:  # the file does not record whether keys are tuples; one column fits either
             check_key_layout(doc.get("max_parallelism"), codecs,
@@ -145,38 +146,46 @@ class VersionCatalog:
     def versions(self) -> list[int]:
         """The versions with at least one published manifest (complete or not): a version
         being deleted by retention loses its manifests first and is no longer listed."""
-        return [v for v in self.version_dirs() if self._manifest_entries(v)]
+        return [v for v in self.version_dirs() if self._listing(v)[0]]
 
     def _manifest_entries(self, version: int) -> list[tuple[int, int, str, Any]]:
-        """(partition, partition count, name, file info) of the manifests of version; an entry
-        that is no part of the layout is damage."""
-        out = []
+        return self._listing(version)[0]
+
+    def _listing(self, version: int) -> tuple[list[tuple[int, int, str, Any]], bool]:
+        """((partition, partition count, name, file info) of each manifest, whether a commit
+        marker exists) of version; an entry that is no part of the layout is damage."""
+        out, marked = [], False
         for info in self.storage.list_dir(self.version_dir(version)):
             name = info.base_name
             m = _MANIFEST.match(name)
             if m:
                 out.append((int(m.group(1)), int(m.group(2)), name, info))
-            elif not (name == COMMITTED_MARKER or _TMP.search(name) or _PRIVATE.match(name)):
+            elif name == COMMITTED_MARKER:
+                marked = True
+            elif not (_TMP.search(name) or _PRIVATE.match(name)):
                 raise CorruptionError(
                     f"{self.storage.describe(self.version_dir(version) + '/' + name)} is no "
                     f"part of a version's layout (a renamed or damaged manifest?); version "
                     f"{version} of {self.describe()} is damaged")
-        return out
+        return out, marked
 
-    def check_operator_dir(self) -> None:
-        """Raises CorruptionError for an entry of the operator directory that is no part of the
-        layout (a version directory whose name was damaged would otherwise vanish)."""
+    def check_operator_dir(self) -> list[int]:
+        """The version numbers; raises CorruptionError for an entry of the operator directory
+        that is no part of the layout (a version directory whose name was damaged would
+        otherwise vanish, and an older version would silently become the latest)."""
+        versions = []
         for info in self.storage.list_dir(self.operator_id):
             name = info.base_name
             m = _VERSION.match(name)
-            if m and str(int(m.group(1))) == m.group(1) and \
-                    info.type.name == "Directory":
-                continue
-            if name in ("shared", OPERATOR_PROPERTIES) or _TMP.search(name):
-                continue
-            raise CorruptionError(
-                f"{self.storage.describe(self.operator_id + '/' + name)} is no part of an "
-                f"operator's layout (a damaged version directory?); {self.describe()} is damaged")
+            if m and str(int(m.group(1))) == m.group(1) and int(m.group(1)) > 0 and \
+                    info.type.name == "Directory":  # a commit publishes version 1 and up
+                versions.append(int(m.group(1)))
+            elif not (name in ("shared", OPERATOR_PROPERTIES) or _TMP.search(name)):
+                raise CorruptionError(
+                    f"{self.storage.describe(self.operator_id + '/' + name)} is no part of an "
+                    f"operator's layout (a damaged version directory?); {self.describe()} is "
+                    f"damaged")
+        return sorted(versions)
 
     def _manifest(self, version: int, partition: int, num_partitions: int, name: str,
                   info: Any) -> tuple[IncrementalHandle, dict[str, Any]]:
@@ -233,9 +242,11 @@ class VersionCatalog:
         return [(p, n, self._manifest(version, p, n, name, info)[1])
                 for p, n, name, info in self._manifest_entries(version)]
 
-    def committed_partitions(self, version: int) -> int | None:
+    def committed_partitions(self, version: int, present: bool | None = None) -> int | None:
+        """The partition count a driver marked version committed with (None: no marker);
+        ``present``: whether the marker exists, if a listing already said."""
         rel = f"{self.version_dir(version)}/{COMMITTED_MARKER}"
-        if not self.storage.exists(rel):
+        if not (self.storage.exists(rel) if present is None else present):
             return None
         source = self.storage.describe(rel)
         doc, legacy = docs.load(self.storage.read_bytes(rel), source, self.hmac_key,
@@ -253,8 +264,8 @@ class VersionCatalog:
         but operator state is redistributed from all old instances (union and even split).
         Raises CheckpointNotFoundError for a version that does not exist or is incomplete for
         target, CorruptionError for a damaged one."""
-        entries = self._manifest_entries(version)
-        marked = self.committed_partitions(version)
+        entries, has_marker = self._listing(version)
+        marked = self.committed_partitions(version, has_marker)
         if not entries:
             if marked is not None:
                 raise CorruptionError(
@@ -299,22 +310,44 @@ class VersionCatalog:
 
         Incomplete versions (not all partitions published) are passed over, as Spark does; a
         damaged one raises CorruptionError: an older version is used only when asked for."""
-        self.check_operator_dir()
-        for v in reversed(self.version_dirs()):
+        versions = self.check_operator_dir()
+        for i in range(len(versions) - 1, -1, -1):
             try:
-                self.handles_for(v, target)
-                return v
+                self.handles_for(versions[i], target)
             except CheckpointNotFoundError:
                 continue
+            self._check_numbering(versions[:i])
+            return versions[i]
+        self._check_numbering(versions)
         return 0
+
+    def _check_numbering(self, older: list[int]) -> None:
+        """Each older version directory must hold manifests of its own number: a newer
+        version whose directory name was damaged into an older, free number would otherwise
+        be passed over. One manifest per directory is read, leniently: damage inside an older
+        version is reported when that version is read, not here."""
+        for v in older:
+            entries = self._manifest_entries(v)
+            if not entries:
+                continue
+            rel = f"{self.version_dir(v)}/{entries[0][2]}"
+            try:
+                recorded = docs.parse(self.storage.read_bytes(rel), rel).get("version")
+            except CorruptionError:
+                continue
+            if type(recorded) is int and recorded != v:
+                raise CorruptionError(
+                    f"{self.storage.describe(rel)} is a manifest of version {recorded} in the "
+                    f"directory of version {v} (a renamed version directory?); {self.describe()} "
+                    f"is damaged")
 
     def status(self, version: int, target: KeyGroupRange | None = None) -> VersionStatus:
         """A version's standing for a listing; never raises for damage."""
         try:
-            entries = self._manifest_entries(version)
+            entries, has_marker = self._listing(version)
             manifests = [(p, n, self._manifest(version, p, n, name, info))
                          for p, n, name, info in entries]
-            marked = self.committed_partitions(version)
+            marked = self.committed_partitions(version, has_marker)
             counts = tuple(sorted({n for _, n, _ in manifests}))
             size = sum(h.stats.get("bytes_total", 0) for _, _, (h, _) in manifests)
             if not manifests and marked is None:
