@@ -80,17 +80,19 @@ def uncovered(handles: list[Handle], target: KeyGroupRange) -> list[tuple[int, i
 
 def restore_operator_state(handles: list[Handle], operator_index: int, parallelism: int,
                            scratch: str) -> OperatorStateBackend:
-    snapshots = []
+    snapshots, sources = [], []
     for h in handles:
         if h.operator_state is None:
             continue
         storage = CheckpointStorage(h.root)
         local = storage.open_verified(h.operator_state.file, scratch)
-        with open(local, "rb") as f:
+        with open(local, "rb") as f:  # verified: exactly the size its handle recorded
             snapshots.append(f.read())
+        sources.append(storage.describe(h.operator_state.file.path))
         if not storage.is_local:
             os.remove(local)
-    return OperatorStateBackend.restore(snapshots, operator_index, parallelism)
+    source = "operator state " + ", ".join(sources) if sources else "operator state"
+    return OperatorStateBackend.restore(snapshots, operator_index, parallelism, source=source)
 
 
 def _materialize(handle: IncrementalHandle, db_dir: str) -> None:
@@ -110,17 +112,33 @@ def _describe(handle: IncrementalHandle) -> str:
     return CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
 
 
+def _name_sources(e: CorruptionError, handles: list[IncrementalHandle]) -> CorruptionError:
+    """e with the checkpoint files named: RocksDB reports damage by its local file names
+    (000017.sst, MANIFEST-000005), which say nothing about which checkpoint file it was."""
+    text = str(e)
+    named = [f"{ref.local_name} is {CheckpointStorage(h.root).describe(ref.path)}"
+             for h in handles for ref in h.files()
+             if ref.local_name and f"/db/{ref.local_name}" in text]
+    if not named:
+        return e
+    return type(e)(f"{text} ({'; '.join(named)})")
+
+
 def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str,
                        target: KeyGroupRange, key_type: Any) -> RestoreTarget:
     """Opens what _materialize placed; a directory RocksDB cannot open (no CURRENT, a
     MANIFEST that names missing files or other column families) is a corrupted checkpoint."""
     try:
         return cls.open_restored(path, handle.max_parallelism, target, handle.states, key_type)
-    except CorruptionError:
-        raise
+    except CorruptionError as e:
+        raise _name_sources(e, [handle]) from None
     except StorageError as e:
+        storage = CheckpointStorage(handle.root)
+        meta_files = ", ".join(storage.describe(f.path) for f in handle.private
+                               if f.local_name == "CURRENT" or f.local_name.startswith("MANIFEST"))
         raise CorruptionError(f"checkpoint {_describe(handle)} does not open as a RocksDB "
-                              f"database ({e}); its files are inconsistent") from None
+                              f"database ({e}); its files are inconsistent (RocksDB's "
+                              f"metadata: {meta_files or 'none listed'})") from None
 
 
 def restore_incremental(cls: BackendFactory, path: str, handles: list[IncrementalHandle],
@@ -147,6 +165,9 @@ def restore_incremental(cls: BackendFactory, path: str, handles: list[Incrementa
                 continue
             _copy_from(cls, backend, h, target)
         backend.adopt_checkpoint(base)
+    except CorruptionError as e:
+        backend.dispose()
+        raise _name_sources(e, relevant) from None
     except BaseException:
         backend.dispose()
         raise
