@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from .. import _native
 from ..errors import (CheckpointFileMissingError, CheckpointNotFoundError, CorruptionError,
                       StorageError)
-from .documents import MAX_DOCUMENT_BYTES
+from . import documents
 from .handles import FileRef
 from .paths import UnsafePath, check_inside, check_relative, confine
 
@@ -197,9 +197,10 @@ class CheckpointStorage:
             return []
         return self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
 
-    def read_bytes(self, rel: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
-        """The whole file at rel; a file longer than ``limit`` is refused as corrupted, so a
-        hostile size never makes a reader buffer more than that."""
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        """The whole file at rel; a file longer than ``limit`` (default: the documents' cap)
+        is refused as corrupted, so a hostile size never makes a reader buffer more."""
+        limit = documents.MAX_DOCUMENT_BYTES if limit is None else limit
         full = self.resolve(rel)
         try:
             if self.is_local:
