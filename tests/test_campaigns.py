@@ -13,16 +13,16 @@ from tests.campaigns import corruption, sigkill
 
 
 def test_corruption_campaign_small(tmp_path):
-    report = corruption.run(cases=120, seed=7, workdir=str(tmp_path))
+    report = corruption.run(cases=100, seed=7, workdir=str(tmp_path))
     assert report["bad"] == [], report
     outcomes = report["outcomes"]
-    assert outcomes.get("corruption", 0) > 60, outcomes  # the damage was real and caught
+    assert outcomes.get("corruption", 0) > 50, outcomes  # the damage was real and caught
     assert set(report["outcomes_of_damage"]) <= {"identical", "corruption", "error"}
     assert report["corruption_not_naming_the_file"] <= outcomes.get("corruption", 0) // 10
 
 
 def test_sigkill_campaign_small(tmp_path):
-    report = sigkill.run(rounds=3, seed=7, workdir=str(tmp_path))
+    report = sigkill.run(rounds=2, seed=7, workdir=str(tmp_path))
     assert report["bad"] == [], report
-    assert report["outcomes"] == {"ok": 3}
-    assert report["restored"]["versions"] == 3
+    assert report["outcomes"] == {"ok": 2}
+    assert report["restored"]["versions"] == 2

@@ -14,7 +14,7 @@ import shutil
 import uuid
 from typing import Any, Callable
 
-from stateengine import (CheckpointStorage, KeyedStateBackend, ListStateDescriptor,
+from stateengine import (CheckpointNotFoundError, CheckpointStorage, KeyedStateBackend, ListStateDescriptor,
                          MapStateDescriptor, StateStoreProvider, ValueStateDescriptor,
                          load_handle)
 
@@ -134,9 +134,11 @@ class IncrementalCheckpoint(Kind):
     def manifest(self, root: str) -> str:
         """The checkpoint's default manifest, chk-1/<private dir>.handle.json (on any file
         system the root is on)."""
-        (name,) = [i.base_name for i in CheckpointStorage(root).list_dir("chk-1")
-                   if i.base_name.endswith(".handle.json")]
-        return f"chk-1/{name}"
+        names = [i.base_name for i in CheckpointStorage(root).list_dir("chk-1")
+                 if i.base_name.endswith(".handle.json")]
+        if len(names) != 1:  # what load_handle says of a manifest that is not there
+            raise CheckpointNotFoundError(f"checkpoint manifest in {root}/chk-1 does not exist")
+        return f"chk-1/{names[0]}"
 
     def load(self, root: str, scratch: str, hmac_key: bytes | None = None) -> dict:
         return _restore_dump(root, self.manifest(root), scratch, hmac_key)
@@ -148,20 +150,25 @@ class IncrementalCheckpoint(Kind):
 class StoreVersions(Kind):
     """Two committed versions of one partition, the newest marked committed by a driver:
     a reader takes the latest version, so a silent fall back to version 1 would show.
-    Version 1 is small (one key), version 2 full and compacted: small documents keep the
-    every-bit tests quick."""
+    Version 1 is small (one state, one key), version 2 full and compacted: small documents
+    keep the every-bit tests quick."""
 
     name = "store"
 
     def build(self, root: str, scratch: str, hmac_key: bytes | None = None) -> None:
-        prov = StateStoreProvider(root, OPERATOR, 0, 1, key_type=int, descriptors=DESCRIPTORS,
-                                  local_dir=scratch, hmac_key=hmac_key)
+        first = StateStoreProvider(root, OPERATOR, 0, 1, key_type=int, descriptors=[VALUE],
+                                   local_dir=scratch, hmac_key=hmac_key)
         try:
-            store = prov.get_store(0)
+            store = first.get_store(0)
             store.backend.set_current_key(1)
             store.get_state(VALUE).update(1)
             store.backend.operator_state.get_list_state("offsets").add(1)
             store.commit()
+        finally:
+            first.close()
+        prov = StateStoreProvider(root, OPERATOR, 0, 1, key_type=int, descriptors=DESCRIPTORS,
+                                  local_dir=scratch, hmac_key=hmac_key)
+        try:
             store = prov.get_store(1)
             fill(store.backend, 2)
             store.backend._native_flush()
