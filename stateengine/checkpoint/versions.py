@@ -270,7 +270,8 @@ class VersionCatalog:
             if marked is not None:
                 raise CorruptionError(
                     f"version {version} of {self.describe()} is marked committed by "
-                    f"{marked} partition(s) but has no manifest; it is damaged")
+                    f"{marked} partition(s) but has no manifest (missing: "
+                    f"{self._missing(version, marked, set())}); it is damaged")
             known = self.versions()
             raise CheckpointNotFoundError(
                 f"version {version} of {self.describe()} does not exist (versions present: "
@@ -285,12 +286,12 @@ class VersionCatalog:
                                   f"max_parallelism {sorted(max_ps)}; it is damaged")
         if marked is not None:
             group = by_n.get(marked, [])
-            if {p for p, _, _ in group} != set(range(marked)):
+            present = {p for p, _, _ in group}
+            if present != set(range(marked)):
                 raise CorruptionError(
                     f"version {version} of {self.describe()} is marked committed by {marked} "
-                    f"partition(s) but the manifests of partitions "
-                    f"{sorted(set(range(marked)) - {p for p, _, _ in group})} are missing; it is "
-                    f"damaged")
+                    f"partition(s) but manifests are missing ({self._missing(version, marked, present)}); "
+                    f"it is damaged")
             candidates = [marked]
         else:  # complete sets first, then the most recently written
             candidates = sorted(by_n, key=lambda n: (len({p for p, _, _ in by_n[n]}) == n,
@@ -304,6 +305,11 @@ class VersionCatalog:
         raise CheckpointNotFoundError(
             f"version {version} of {self.describe()} is incomplete: no committed set of "
             f"partitions covers key groups {target.start}..{target.end}")
+
+    def _missing(self, version: int, n: int, present: set[int]) -> str:
+        missing = [self.manifest_path(version, p, n) for p in range(n) if p not in present]
+        shown = ", ".join(self.storage.describe(m) for m in missing[:3])
+        return shown + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
 
     def latest_version(self, target: KeyGroupRange) -> int:
         """The newest version readable for target (0, the empty state, if none).

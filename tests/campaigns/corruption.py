@@ -165,6 +165,8 @@ class Campaign:
         self.results: Counter = Counter()
         self.by_mode: dict[str, Counter] = {m: Counter() for m in MODES}
         self.unnamed = 0
+        self.unnamed_by_mode: Counter = Counter()
+        self.unnamed_examples: list[dict] = []
         self.bad: list[dict] = []
 
     def _pristine_dumps(self) -> None:
@@ -298,6 +300,9 @@ class Campaign:
                                           for t in touched)
         if not named:
             self.unnamed += 1
+            self.unnamed_by_mode[mode] += 1
+            if len(self.unnamed_examples) < 20:
+                self.unnamed_examples.append({"mode": mode, "file": rel, "detail": detail[:300]})
         acceptable = {"identical", "corruption", "error"} | ({"wrong"} if mode == "resealed" else set())
         if cls not in acceptable:
             self.bad.append({"case": i, "kind": kind, "file": rel, "mode": mode, "damage": what,
@@ -322,6 +327,8 @@ class Campaign:
                 "outcomes_behind_valid_checksums": dict(self.by_mode["resealed"]),
                 "by_mode": {m: dict(c) for m, c in self.by_mode.items() if c},
                 "corruption_not_naming_the_file": self.unnamed,
+                "not_naming_by_mode": dict(self.unnamed_by_mode),
+                "not_naming_examples": self.unnamed_examples,
                 "worker_starts": self.worker.starts,
                 "seconds": round(time.monotonic() - started, 1), "bad": self.bad}
 
