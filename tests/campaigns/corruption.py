@@ -165,6 +165,7 @@ class Campaign:
         self.results: Counter = Counter()
         self.by_mode: dict[str, Counter] = {m: Counter() for m in MODES}
         self.unnamed = 0
+        self.resealed_wrong: Counter = Counter()
         self.unnamed_by_mode: Counter = Counter()
         self.unnamed_examples: list[dict] = []
         self.bad: list[dict] = []
@@ -303,6 +304,8 @@ class Campaign:
             self.unnamed_by_mode[mode] += 1
             if len(self.unnamed_examples) < 20:
                 self.unnamed_examples.append({"mode": mode, "file": rel, "detail": detail[:300]})
+        if cls == "wrong" and mode == "resealed":
+            self.resealed_wrong[_file_kind(rel)] += 1
         acceptable = {"identical", "corruption", "error"} | ({"wrong"} if mode == "resealed" else set())
         if cls not in acceptable:
             self.bad.append({"case": i, "kind": kind, "file": rel, "mode": mode, "damage": what,
@@ -325,12 +328,23 @@ class Campaign:
         return {"cases": cases, "outcomes": dict(self.results),
                 "outcomes_of_damage": dict(damage),
                 "outcomes_behind_valid_checksums": dict(self.by_mode["resealed"]),
+                "wrong_behind_valid_checksums_by_file": dict(self.resealed_wrong),
                 "by_mode": {m: dict(c) for m, c in self.by_mode.items() if c},
                 "corruption_not_naming_the_file": self.unnamed,
                 "not_naming_by_mode": dict(self.unnamed_by_mode),
                 "not_naming_examples": self.unnamed_examples,
                 "worker_starts": self.worker.starts,
                 "seconds": round(time.monotonic() - started, 1), "bad": self.bad}
+
+
+def _file_kind(rel: str) -> str:
+    name = rel.rsplit("/", 1)[-1]
+    for prefix in ("MANIFEST", "OPTIONS", "CURRENT", "operator-state"):
+        if name.startswith(prefix):
+            return prefix
+    if name.endswith(".sst"):
+        return "sst"
+    return "operator-state" if name.endswith(".opstate") else "snapshot"
 
 
 def _file_refs(doc: dict) -> list[dict]:
