@@ -217,9 +217,15 @@ class KeyedStateBackend(_native.NativeBackend):
             self._native_set_key_codecs(codecs, bool(key_is_tuple))
         elif tuple(self.key_codecs) != codecs or self.key_is_tuple != bool(key_is_tuple):
             names = lambda cs: ", ".join(serializers.codec_name(c) for c in cs)  # noqa: E731
+            written = [serializers.codec_name(c) for c in codecs]
+            hint = repr(tuple(written)) if key_is_tuple else repr(written[0])
             raise IncompatibleStateError(
                 f"{source} holds keys of type ({names(codecs)}) but this backend's keys are "
-                f"({names(self.key_codecs)})")
+                f"({names(self.key_codecs)}): the key type changed since the checkpoint was "
+                f"written. Open it with key_type={hint} (the type it was written with), or "
+                f"keep the new key type in a new checkpoint location; to convert the state, "
+                f"read it with stateengine.spark.read_state, cast the key column and write it "
+                f"with bootstrap_state")
 
     # ---- registration -----------------------------------------------------------------------
 
