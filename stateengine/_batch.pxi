@@ -263,6 +263,8 @@ cdef _Column _value_column(NativeState s, object src, CCodec codec, int mode):
             _encode_map_value(s, v, &col.buf)
         elif mode == MODE_NUMBER:
             _encode_number(s, v, &col.buf)
+        elif mode == MODE_USER_KEY:
+            encode_user_key(codec, v, &col.buf, s.name)
         else:
             encode_value(codec, v, &col.buf)
         col.offs.push_back(<int64_t>col.buf.size())

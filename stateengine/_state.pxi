@@ -430,7 +430,7 @@ cdef class NativeMapState(NativeState):
 
     cdef const string* _entry_key(self, object user_key) except NULL:
         self._uk.clear()
-        encode_value(self._uk_codec, user_key, &self._uk)
+        encode_user_key(self._uk_codec, user_key, &self._uk, self.name)
         self._backend.check_key()
         return &self._backend._builder.get().BuildWithUserKey(
             self._ns, self._ns_variable, self._uk.data(), self._uk.size())
@@ -572,7 +572,7 @@ cdef class NativeSortedMapState(NativeMapState):
 
     cdef bytes _bound(self, bytes prefix, object user_key):
         cdef string out
-        encode_value(self._uk_codec, user_key, &out)
+        encode_user_key(self._uk_codec, user_key, &out, self.name)
         return prefix + PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
 
     def first_entry(self):

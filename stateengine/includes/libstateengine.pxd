@@ -340,3 +340,14 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
 cdef extern from "rocksdb_floor.h" namespace "stateengine" nogil:
     CStatus CMeasureFloor "stateengine::MeasureFloor"(CStateDB*, int, const CKeyBatch&, int,
                                                       double*)
+
+cdef extern from "db_metrics.h" namespace "stateengine" nogil:
+    cdef cppclass CDbMetrics "stateengine::DbMetrics":
+        uint64_t estimated_keys
+        uint64_t live_sst_bytes
+        uint64_t sst_files
+        uint64_t memtable_bytes
+        uint64_t table_reader_bytes
+        uint64_t pinned_bytes
+        uint64_t pending_compaction_bytes
+    CStatus CCollectDbMetrics "stateengine::CollectDbMetrics"(CStateDB*, CDbMetrics*)
