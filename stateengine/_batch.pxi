@@ -599,7 +599,7 @@ def _list_add_many(NativeListState s, keys, values):
     _write_status(s, st, err, b, src)
 
 
-def _list_get_many(NativeListState s, keys) -> list:
+def _list_get_many(NativeListState s, keys):
     cdef _Batch b = _build(s, keys, None, kVoid)
     cdef Py_ssize_t row
     cdef uint32_t g
