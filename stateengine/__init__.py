@@ -17,7 +17,7 @@ from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapSt
                           StateKind, ValueStateDescriptor)
 from .errors import (BackendClosedError, CheckpointNotFoundError, CorruptionError,
                      IllegalStoreStateError, IncompatibleStateError, KeyGroupOutOfRangeError,
-                     KeyTypeError, NoCurrentKeyError, NullElementError, PickleNotAllowedError,
+                     KeyTypeError, MixedTypesError, NoCurrentKeyError, NullElementError, PickleNotAllowedError,
                      SerializationError, StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
 from .functions import AggregateFunction
 from .checkpoint.storage import CheckpointStorage
@@ -38,6 +38,7 @@ __all__ = [
     "CheckpointNotFoundError", "CorruptionError", "IllegalStoreStateError",
     "IncompatibleStateError", "KeyGroupOutOfRangeError", "KeyGroupRange", "KeyTypeError",
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
+    "MixedTypesError",
     "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
     "ReducingStateDescriptor", "SerializationError", "SortedMapState",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",

@@ -317,6 +317,15 @@ cdef _Column _schema_column(NativeState s, RowCodec row, object values, int null
     return col
 
 
+cdef list _typed_rows(NativeState s, RowCodec row, object values):
+    """Typed values as Python objects (tuples for structs, as value() gives them), for the
+    batch calls that hand each value to a Python function."""
+    arr, rows = _typed_columns.conform(row.type, values, f"state '{s.name}' values")
+    if arr is None:
+        return rows
+    return [None if b is None else row.decode_bytes(b) for b in encode_rows_from_arrow(row, arr)]
+
+
 cdef tuple _rows_result(NativeState s, RowCodec row, _Batch b, int layout, object fill_value):
     """(pyarrow array with a row per key, found) for a typed state, decoded in C++."""
     cdef _ArrowOut out = _ArrowOut()
@@ -639,6 +648,8 @@ def _merging_add_many(NativeState s, keys, values, bint native, int op, bint cou
     s._backend.check_writable()  # a committed/aborted StateStore refuses writes
     b = _build(s, keys, None, kVoid)
     cdef _Column col
+    if s._vrow is not None:  # Python functions get the values as value() returns them
+        values = _typed_rows(s, s._vrow, values)
     src = _values_source(b, values)
     if b.n == 0:
         return

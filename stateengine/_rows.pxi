@@ -569,7 +569,7 @@ cdef int encode_arrow_rows(RowCodec c, object arr, int null_rows, string* data,
 
 
 cdef object decoded_array(RowCodec c, _ArrowOut out, const CRowError& err, bint ok,
-                          bint list_of, str what):
+                          bint list_of, str what, object arrow_type=None):
     if not ok:
         if err.code == kRowNoMemory:
             raise MemoryError(f"{what}: the values do not fit in memory; read fewer rows")
@@ -578,15 +578,17 @@ cdef object decoded_array(RowCodec c, _ArrowOut out, const CRowError& err, bint 
         raise _CorruptionError(
             f"{what}: the stored value of row {err.row} is not a valid encoding of schema "
             f"{c.canonical}")
-    t = c.arrow_type
+    t = c.arrow_type if arrow_type is None else arrow_type
     if list_of:
         t = _pyarrow().list_(t)
     return _import(out, t)
 
 
-def decode_rows_to_arrow(RowCodec c, list values, str layout, str what="state"):
+def decode_rows_to_arrow(RowCodec c, list values, str layout, str what="state",
+                         arrow_type=None):
     """One pyarrow array with the stored values (bytes) of a typed state: layout "value",
-    "map" (null flag + value) or "list" (a list per value)."""
+    "map" (null flag + value) or "list" (a list per value). ``arrow_type`` may replace the
+    schema's Arrow type by one of the same layout (other nullability flags)."""
     cdef vector[CSlice] slices
     cdef _ArrowOut out = _ArrowOut()
     cdef CRowError err
@@ -597,7 +599,7 @@ def decode_rows_to_arrow(RowCodec c, list values, str layout, str what="state"):
         slices.push_back(CSlice(PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v)))
     with nogil:
         ok = CDecodeSlicesToArrow(c.schema, slices, mode, &out.array, &err)
-    return decoded_array(c, out, err, ok, mode == kStoredList, what)
+    return decoded_array(c, out, err, ok, mode == kStoredList, what, arrow_type)
 
 
 def encode_rows_from_arrow(RowCodec c, arr) -> list:

@@ -423,9 +423,13 @@ def schema_from_canonical(text: Any, what: str = "schema") -> DataType:
 
 # ---- Arrow ---------------------------------------------------------------------------------
 
-def to_arrow(t: DataType) -> Any:
-    """The Arrow type of t: what batch calls take and return for it."""
+def to_arrow(t: DataType, nullable: bool = False) -> Any:
+    """The Arrow type of t: what batch calls take and return for it. ``nullable=True`` makes
+    every nested field nullable (how Spark declares the columns it reads from Arrow)."""
     import pyarrow as pa
+
+    def null(flag: bool) -> bool:
+        return True if nullable else flag
 
     if isinstance(t, AtomicType):
         return {"bigint": pa.int64(), "int": pa.int32(), "smallint": pa.int16(),
@@ -436,12 +440,15 @@ def to_arrow(t: DataType) -> Any:
     if isinstance(t, DecimalType):
         return pa.decimal128(t.precision, t.scale)
     if isinstance(t, ArrayType):
-        return pa.list_(pa.field("element", to_arrow(t.element), nullable=t.contains_null))
+        return pa.list_(pa.field("element", to_arrow(t.element, nullable),
+                                 nullable=null(t.contains_null)))
     if isinstance(t, MapType):
-        return pa.map_(pa.field("key", to_arrow(t.key), nullable=False),
-                       pa.field("value", to_arrow(t.value), nullable=t.value_contains_null))
+        return pa.map_(pa.field("key", to_arrow(t.key, nullable), nullable=False),
+                       pa.field("value", to_arrow(t.value, nullable),
+                                nullable=null(t.value_contains_null)))
     assert isinstance(t, StructType)
-    return pa.struct([pa.field(f.name, to_arrow(f.type), nullable=f.nullable) for f in t.fields])
+    return pa.struct([pa.field(f.name, to_arrow(f.type, nullable), nullable=null(f.nullable))
+                      for f in t.fields])
 
 
 # ---- the program of the C++ row codec -----------------------------------------------------
@@ -515,3 +522,32 @@ def type_at(t: DataType, path: list[int]) -> DataType:
         else:
             break
     return node
+
+
+# ---- JSON ---------------------------------------------------------------------------------
+
+def to_json_value(t: DataType, v: Any) -> Any:
+    """A typed value as JSON (``stateengine dump``): structs as objects with their field
+    names, maps with text keys as objects (other maps as lists of {"key", "value"}), decimals,
+    dates and timestamps as their ISO text, binary as base64."""
+    import base64
+
+    if v is None:
+        return None
+    if isinstance(t, StructType):
+        return {f.name: to_json_value(f.type, x) for f, x in zip(t.fields, v)}
+    if isinstance(t, ArrayType):
+        return [to_json_value(t.element, x) for x in v]
+    if isinstance(t, MapType):
+        if t.key == STRING:
+            return {k: to_json_value(t.value, x) for k, x in v.items()}
+        return [{"key": to_json_value(t.key, k), "value": to_json_value(t.value, x)}
+                for k, x in v.items()]
+    if isinstance(t, DecimalType):
+        return str(v)
+    if isinstance(t, AtomicType):
+        if t.name in ("date", "timestamp", "timestamp_ntz"):
+            return v.isoformat()
+        if t.name == "binary":
+            return base64.b64encode(v).decode("ascii")
+    return v
