@@ -648,7 +648,9 @@ def _merging_add_many(NativeState s, keys, values, bint native, int op, bint cou
     s._backend.check_writable()  # a committed/aborted StateStore refuses writes
     b = _build(s, keys, None, kVoid)
     cdef _Column col
-    if s._vrow is not None:  # Python functions get the values as value() returns them
+    if s._vrow is not None and not aggregating:
+        # a reduce function gets the values as value() returns them; an aggregate's inputs
+        # are not of the accumulator's schema, so they pass as they are
         values = _typed_rows(s, s._vrow, values)
     src = _values_source(b, values)
     if b.n == 0:

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stateengine import (CorruptionError, KeyedStateBackend, ListStateDescriptor,
+from stateengine import (AggregateFunction, AggregatingStateDescriptor, CorruptionError,
+                         KeyedStateBackend, ListStateDescriptor,
                          MapStateDescriptor, NullElementError, ReducingStateDescriptor,
                          SerializationError, SortedMapStateDescriptor, StateRegistrationError,
                          ValueStateDescriptor, _native, sparktypes)
@@ -392,6 +393,37 @@ def test_list_state_batches(make_backend):
         events.add_many([1, 2], [("x", 1), None])
 
 
+
+class Average(AggregateFunction):
+    def create_accumulator(self):
+        return (0.0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+
+def test_reducing_and_aggregating_batches_with_python_functions(make_backend):
+    be = make_backend()
+    longest = be.get_state(ReducingStateDescriptor(
+        "longest", lambda a, b: a if a[1] >= b[1] else b, value_type="name string, n int"))
+    # a reduce function sees struct columns as the tuples value() returns
+    longest.add_many([1, 1, 2], pa.table({"name": ["a", "b", "c"], "n": pa.array([1, 3, 2], pa.int32())}))
+    assert longest.get_many([1, 2])[0].to_pylist() == [{"name": "b", "n": 3}, {"name": "c", "n": 2}]
+    # an aggregate's inputs (here Arrow doubles) are not of its accumulator's schema
+    avg = be.get_state(AggregatingStateDescriptor("avg", Average(),
+                                                  accumulator_type="total double, n long"))
+    avg.add_many(pa.array([1, 1, 2]), pa.array([1.0, 2.0, 5.0]))
+    avg.add_many(np.array([2]), np.array([7.0]))
+    be.set_current_key(1)
+    assert avg.get() == 1.5
+    be.set_current_key(2)
+    assert avg.get() == 6.0
 def test_map_state_batches_with_typed_user_keys_and_values(make_backend):
     be = make_backend()
     m = be.get_state(MapStateDescriptor("m", user_key_type="path string, q int",

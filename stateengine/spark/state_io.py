@@ -5,8 +5,9 @@ and Flink's State Processor API) and bootstrap state from a DataFrame.
 ``namespace`` (null for the default namespace), ``user_key`` (map states) and ``value``, each
 with a proper Spark type, never text standing for a value:
 
-* typed states (a Spark schema in the descriptor) read as that schema: a struct column for a
-  struct schema (select ``value.*`` for one column per field);
+* typed states (a Spark schema in the descriptor) read as that schema: a struct schema is one
+  struct column, as in Spark's state data source; ``flatten=True`` gives one column per field
+  instead (list states: one row per element);
 * states with a primitive serializer (``value_type=int``, ``str``...) as that type;
 * the default serializer ("any") has no declared type: a first pass over the state infers one
   (see ``stateengine.spark.infer``: ints bigint, floats double, tuples structs ``_1``, ``_2``...,
@@ -266,6 +267,9 @@ def _infer_columns(spark: SparkSession, handles: list[dict], meta: dict,
 def _columns_of(meta: dict, overrides: dict[str, Any]) -> list[_Column]:
     has_uk = meta["kind"] in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
     cols = [_plan(meta, "namespace", overrides.get("namespace"), "namespace_type")]
+    if not has_uk and overrides.get("user_key") is not None:
+        raise ValueError(f"state '{meta['name']}' is a {meta['kind']} state, which has no user "
+                         f"keys; drop user_key_type=")
     if has_uk:
         cols.append(_plan(meta, "user_key", overrides.get("user_key"), "user_key_type"))
     cols.append(_plan(meta, "value", overrides.get("value"), "value_type"))
@@ -277,9 +281,14 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                max_parallelism: int = DEFAULT_MAX_PARALLELISM,
                key_names: Sequence[str] | None = None, value_type: Any = None,
                user_key_type: Any = None, namespace_type: Any = None,
-               allow_pickle: bool = False) -> DataFrame:
+               flatten: bool = False, allow_pickle: bool = False) -> DataFrame:
     """The entries of ``state_name`` at ``version`` (default: the latest) as a DataFrame
     with typed columns (see the module docstring).
+
+    A struct value is one struct column ``value`` (as in Spark's state data source), and a
+    struct user key one column ``user_key``; ``flatten=True`` gives one column per field
+    instead (named by the fields; a name that clashes with another column is a ValueError),
+    and a list state one row per element (``explode``) with the element's fields as columns.
 
     ``value_type``, ``user_key_type`` and ``namespace_type`` apply to states of the default
     serializer: a Spark type (DDL string such as ``"bigint"`` or ``"a long, b string"``, or a
@@ -333,7 +342,41 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                     yield pa.RecordBatch.from_arrays(arrays, names=out_names)
 
     seeds = spark.createDataFrame([(json.dumps(h),) for h in handles], "handle string")
-    return seeds.repartition(len(handles)).mapInArrow(run, schema)
+    df = seeds.repartition(len(handles)).mapInArrow(run, schema)
+    return _flattened(df, meta, names, columns) if flatten else df
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _flattened(df: DataFrame, meta: dict, key_names: list[str],
+               columns: list[_Column]) -> DataFrame:
+    """read_state(flatten=True): struct user keys and values as one column per field, list
+    states one row per element. SQL text only, so Connect sessions take the same path."""
+    if meta["kind"] == StateKind.LIST.value:
+        rest = [_quoted(n) for n in df.columns if n != "value"]
+        df = df.selectExpr(*rest, "explode(value) AS value")
+    exprs: list[str] = []
+    seen: dict[str, str] = {}
+    for name in df.columns:
+        col = next((c for c in columns if c.name == name), None)
+        t = col.element_type() if col is not None and col.name != "namespace" else None
+        if isinstance(t, sparktypes.StructType):
+            exprs.append(f"{_quoted(name)}.*")
+            out = [(f, f"a field of the {name.replace('_', ' ')}") for f in t.names]
+        else:
+            exprs.append(_quoted(name))
+            out = [(name, "a key column" if name in key_names else f"the {name} column")]
+        for n, where in out:
+            if n.lower() in seen:  # Spark resolves column names case-insensitively
+                raise ValueError(
+                    f"read_state(flatten=True) of state '{meta['name']}' would give two columns "
+                    f"named '{n}' ({seen[n.lower()]} and {where}); read it with flatten=False "
+                    f"and select the fields under other names (\"value.{n} AS value_{n}\"), or "
+                    f"pass key_names=")
+            seen[n.lower()] = where
+    return df.selectExpr(*exprs)
 
 
 def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDescriptor,
@@ -353,8 +396,11 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
     For a typed state (a Spark schema in the descriptor) ``value`` names one column of that
     type (a struct column for a struct schema), or several columns that are the struct's
     fields (matched by name; ``None``: the columns named like the schema's fields); map user
-    keys of a struct schema likewise. Typed states are written through the batch calls over
-    Arrow columns, without a Python loop per row.
+    keys of a struct schema likewise (so ``read_state``'s output, flattened or not, bootstraps
+    the same state again; flattened, a null value becomes a struct of null fields). An
+    aggregating state's ``value`` is the one column of inputs its function adds. Typed states
+    are written through the batch calls over Arrow columns, without a Python loop per row; a
+    value that does not fit the schema fails the job naming the field, and nothing is committed.
     """
     if not allow_pickle:
         check_no_pickle(descriptor)
@@ -363,7 +409,12 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
     if kind in (StateKind.MAP, StateKind.SORTED_MAP) and not user_key:
         raise ValueError(f"bootstrapping map state '{descriptor.name}' needs user_key=<column>")
     typed = descriptor.value_schema is not None or descriptor.user_key_schema is not None
-    value_cols = _typed_columns(descriptor.value_schema, value, "value") if typed else [value]
+    if kind is StateKind.AGGREGATING and not isinstance(value, str):
+        raise ValueError(f"aggregating state '{descriptor.name}': value= names the one column "
+                         f"of inputs the aggregate function adds (its accumulator schema is not "
+                         f"what a row holds)")
+    value_cols = [value] if not typed or kind is StateKind.AGGREGATING else \
+        _typed_columns(descriptor.value_schema, value, "value")
     uk_cols = (_typed_columns(descriptor.user_key_schema, user_key, "user_key") if typed
                else [user_key]) if user_key else []
     if not typed and not isinstance(value, str):
@@ -464,16 +515,18 @@ def _bootstrap_typed(routed: DataFrame, cfg: TaskConfig, descriptor: StateDescri
                 check_no_null_keys(pd.DataFrame({c: a.to_pandas() for c, a in zip(cols, key_arrays)}), cols)
             keys = key_arrays[0] if len(cols) == 1 else list(zip(*[a.to_pylist() for a in key_arrays]))
             groups = [(None, None)]
-            if namespace:
-                ns_values = rb.column(rb.schema.get_field_index(namespace)).to_pylist()
-                groups = [(ns, pa.array([i for i, x in enumerate(ns_values) if x == ns]))
-                          for ns in dict.fromkeys(ns_values)]
+            if namespace:  # one batch call per namespace, rows in input order
+                rows_of: dict[Any, list[int]] = {}
+                for i, ns in enumerate(rb.column(rb.schema.get_field_index(namespace)).to_pylist()):
+                    rows_of.setdefault(ns, []).append(i)
+                groups = [(ns, pa.array(rows, pa.int64())) for ns, rows in rows_of.items()]
             for ns, take in groups:
                 part = rb if take is None else rb.take(take)
                 k = keys if take is None else (part.column(rb.schema.get_field_index(cols[0]))
                                                if len(cols) == 1 else [keys[i] for i in take.to_pylist()])
                 state.set_current_namespace(ns)
-                values = columns_of(part, value_cols, descriptor.value_schema)
+                values = columns_of(part, value_cols, None if kind is StateKind.AGGREGATING
+                                    else descriptor.value_schema)
                 if kind is StateKind.VALUE:
                     state.put_many(k, values)
                 elif kind is StateKind.LIST:
