@@ -55,6 +55,9 @@ _FIELD_NAMES = {"value_codec": "value serializer", "namespace_codec": "namespace
                 "native_op": "native function"}
 
 
+# Attributes that must agree as exactly as the fixed fields (the schemas of typed states).
+_SCHEMA_ATTRIBUTES = {"value_schema": "values", "user_key_schema": "user keys"}
+
 _FUNCTION_NAMES = {0: "none (a Python function or no function)", 1: "native SUM",
                    2: "native MIN", 3: "native MAX", 4: "native COUNT"}
 _MERGE_NAMES = {0: "none", 1: "list append", 2: "native numeric"}
@@ -76,6 +79,12 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
             return (f"state '{name}' has {what} {names.get(have.get(field), have.get(field))} but "
                     f"the descriptor asks for {names.get(want.get(field), want.get(field))}; keep "
                     f"the function kind or use another state name")
+    for attr, what in _SCHEMA_ATTRIBUTES.items():
+        if have.get(attr) != want.get(attr):
+            return (f"state '{name}' stores {what} of schema {have.get(attr) or '(none)'} but the "
+                    f"descriptor declares {want.get(attr) or '(none)'}; typed state keeps its "
+                    f"schema for life (no schema evolution): declare the same schema or use "
+                    f"another state name")
     return None
 
 
@@ -300,11 +309,15 @@ class KeyedStateBackend(_native.NativeBackend):
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
+        if descriptor.value_schema is not None:
+            handle._set_value_row(_native.row_codec(descriptor.value_schema))
         kind = descriptor.kind
         if kind is StateKind.VALUE:
             handle._set_default(descriptor.default)
         elif kind in (StateKind.MAP, StateKind.SORTED_MAP):
-            handle._set_user_key_codec(int(descriptor.user_key_codec))
+            uk_schema = descriptor.user_key_schema
+            handle._set_user_key_codec(int(descriptor.user_key_codec),
+                                       None if uk_schema is None else _native.row_codec(uk_schema))
         elif kind is StateKind.REDUCING:
             handle._set_function(descriptor.reduce_function, descriptor.native)
         elif kind is StateKind.AGGREGATING:

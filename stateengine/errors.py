@@ -80,3 +80,8 @@ class SnapshotCancelledError(StateEngineError):
 class PickleNotAllowedError(StateEngineError, RuntimeError):
     """Stored data is a pickle and the reader did not pass ``allow_pickle=True``. Unpickling
     runs code chosen by whoever wrote the checkpoint, so it happens only on opt-in."""
+
+
+class MixedTypesError(StateEngineError, TypeError):
+    """The values of a default-serializer state have no single Spark type to read them as
+    (``read_state``); pass the type (``value_type=``...) explicitly."""
