@@ -11,6 +11,7 @@ armed, answers in its place:
   server that was stopped and started again;
 * ``cut_download(keep_bytes)``: a GET answer is cut off after part of its body (the server
   announced the full length);
+* ``delay(seconds)``: forward matching requests after a pause (slow uploads);
 * ``truncate_upload(keep_bytes)``: the server receives a PUT body cut short, with a
   Content-Length that matches, and stores the truncated object.
 
@@ -54,6 +55,7 @@ class _Fault:
     status: int = 503
     nbytes: int = 0
     downtime: float | None = None
+    delay: float = 0.0
     hits: int = 0
 
     def live(self) -> bool:
@@ -223,6 +225,11 @@ class FaultProxy:
         self._arm(_Fault("stop", self._matcher("PUT", path), 1, nbytes=after_bytes,
                          downtime=downtime))
 
+    def delay(self, seconds: float, *, method: str | None = None, path: str | None = None,
+              times: int | None = None) -> None:
+        """Forward matching requests ``seconds`` late (all of them unless ``times``)."""
+        self._arm(_Fault("delay", self._matcher(method, path), times, delay=seconds))
+
     def cut_download(self, keep_bytes: int, *, path: str | None = None, times: int = 1) -> None:
         self._arm(_Fault("cut", self._matcher("GET", path), times, nbytes=keep_bytes))
 
@@ -303,11 +310,10 @@ class FaultProxy:
                     self._record(Exchange(method, path, query, fault.status, sent_up, len(body),
                                           len(head) + len(payload), "status"))
                     return
-                if fault is not None and fault.kind == "truncate" and body and \
-                        req.header("transfer-encoding") is None:
-                    body = body[:fault.nbytes]
-                    headers = [(k, str(len(body)) if k.lower() == "content-length" else v)
-                               for k, v in headers]
+                if fault is not None and fault.kind == "delay":
+                    time.sleep(fault.delay)
+                if fault is not None and fault.kind == "truncate" and body:
+                    headers, body = _truncated(req, headers, body, fault.nbytes)
                 if upstream is None:
                     upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
                     up_file = upstream.makefile("rb")
@@ -352,6 +358,46 @@ class FaultProxy:
             _abort(conn)
             if upstream is not None:
                 upstream.close()
+
+
+def _dechunk(body: bytes) -> bytes:
+    """The payload of an HTTP chunked body."""
+    out, pos = [], 0
+    while True:
+        end = body.index(b"\r\n", pos)
+        size = int(body[pos:end].split(b";")[0], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(body[end + 2:end + 2 + size])
+        pos = end + 2 + size + 2
+
+
+def _truncated(req: _Message, headers: list[tuple[str, str]], body: bytes,
+               keep: int) -> tuple[list[tuple[str, str]], bytes]:
+    """The request with only the first ``keep`` bytes of the object, its lengths adjusted to
+    match (an aws-chunked upload keeps its checksum trailer, now wrong), sent with a
+    Content-Length."""
+    if (req.header("transfer-encoding") or "").lower() == "chunked":
+        body = _dechunk(body)
+    drop = {"content-length", "transfer-encoding", "x-amz-decoded-content-length"}
+    headers = [(k, v) for k, v in headers if k.lower() not in drop]
+    if "aws-chunked" in (req.header("content-encoding") or ""):
+        data, trailer, pos = [], b"", 0
+        while True:  # aws-chunked: hex size, data, ..., 0, trailer lines
+            end = body.index(b"\r\n", pos)
+            size = int(body[pos:end].split(b";")[0], 16)
+            if size == 0:
+                trailer = body[end + 2:]
+                break
+            data.append(body[end + 2:end + 2 + size])
+            pos = end + 2 + size + 2
+        payload = b"".join(data)[:keep]
+        body = b"%x\r\n%s\r\n0\r\n" % (len(payload), payload) + trailer
+        headers.append(("x-amz-decoded-content-length", str(len(payload))))
+    else:
+        body = body[:keep]
+    headers.append(("Content-Length", str(len(body))))
+    return headers, body
 
 
 def _abort(conn: socket.socket) -> None:
