@@ -84,7 +84,9 @@ cdef class NativeBackend:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def _native_open(self, str path, int max_parallelism, int kg_start, int kg_end,
-                     list cf_specs):
+                     list cf_specs, bint create_if_missing=True):
+        """Opens RocksDB at path; without create_if_missing the database and every column
+        family of cf_specs must already exist there (a restored directory)."""
         cdef vector[CColumnFamilySpec] specs
         cdef string cpath = path.encode("utf-8")
         cdef CStatus st
@@ -92,7 +94,7 @@ cdef class NativeBackend:
             specs.push_back(CMakeColumnFamilySpec(name.encode("utf-8"), merge_kind, numeric_op,
                                                   numeric_codec))
         with nogil:
-            st = CStateDB.Open(cpath, specs, &self._db)
+            st = CStateDB.Open(cpath, specs, &self._db, create_if_missing)
         check_status(st)
         self._max_parallelism = max_parallelism
         self._kg_start = kg_start

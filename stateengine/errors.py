@@ -59,6 +59,11 @@ class CheckpointNotFoundError(StateEngineError, FileNotFoundError):
     """A checkpoint, version or checkpoint file that does not exist."""
 
 
+class CheckpointFileMissingError(CorruptionError, CheckpointNotFoundError):
+    """A file that a checkpoint's manifest or handle names is not there: the checkpoint is
+    damaged (a CorruptionError) and the file not found (a CheckpointNotFoundError)."""
+
+
 class IncompatibleStateError(StateEngineError, ValueError):
     """Restored state does not fit the descriptors registered now (kind, serializers, key type,
     max parallelism)."""

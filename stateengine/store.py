@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from .backend import KeyedStateBackend
+from .checkpoint.documents import resolve_key
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
 from .descriptors import StateDescriptor, check_no_pickle
@@ -36,8 +37,20 @@ class StoreState(str, Enum):
 
 
 def default_local_dir() -> str:
-    return os.environ.get("STATEENGINE_LOCAL_DIR") or os.path.join(tempfile.gettempdir(),
-                                                                   "stateengine")
+    """``$STATEENGINE_LOCAL_DIR``, else ``<tmp>/stateengine-scratch-<uid>``: a name no import
+    can resolve (a ``<tmp>/stateengine`` directory would shadow the package for a Python
+    started in the temp directory), and one per user, so users never share scratch space."""
+    return os.environ.get("STATEENGINE_LOCAL_DIR") or os.path.join(
+        tempfile.gettempdir(), f"stateengine-scratch-{_uid()}")
+
+
+def _uid() -> str:
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        return str(getuid())
+    import getpass
+
+    return getpass.getuser()
 
 
 class StateStoreProvider:
@@ -48,17 +61,21 @@ class StateStoreProvider:
     prunes older ones (and the shared files only they used) after each commit.
     ``allow_pickle`` is KeyedStateBackend's: without it nothing read from the checkpoint is
     ever unpickled (versions written before format 2 may need it once, see restore).
+    ``hmac_key`` (default ``$STATEENGINE_CHECKPOINT_KEY``) authenticates every manifest and
+    file written and is required of every one read.
     """
 
     def __init__(self, checkpoint: CheckpointStorage | str | os.PathLike, operator_id: str,
                  partition_id: int, num_partitions: int,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, key_type: Any = None,
                  descriptors: Sequence[StateDescriptor] = (), local_dir: str | None = None,
-                 min_versions_to_retain: int = 10, allow_pickle: bool = False) -> None:
+                 min_versions_to_retain: int = 10, allow_pickle: bool = False,
+                 hmac_key: bytes | str | None = None) -> None:
         if min_versions_to_retain < 1:
             raise ValueError("min_versions_to_retain must be at least 1")
         self.storage = as_storage(checkpoint)
-        self.catalog = VersionCatalog(self.storage, operator_id)
+        self.hmac_key = resolve_key(hmac_key)
+        self.catalog = VersionCatalog(self.storage, operator_id, self.hmac_key)
         self.operator_id = operator_id
         self.partition_id = partition_id
         self.num_partitions = num_partitions
@@ -83,7 +100,8 @@ class StateStoreProvider:
                 f"part={self.partition_id}/{self.num_partitions})")
 
     def latest_version(self) -> int:
-        """The newest version readable for this partition's key groups (0 if none)."""
+        """The newest version readable for this partition's key groups (0 if none); a newest
+        version that is damaged raises CorruptionError (load an older one by number)."""
         return self.catalog.latest_version(self.key_group_range)
 
     def get_store(self, version: int) -> "StateStore":
@@ -115,7 +133,7 @@ class StateStoreProvider:
             backend = KeyedStateBackend.restore(
                 path, handles, self.key_group_range, self.max_parallelism, self.key_type,
                 self.descriptors, self.partition_id, self.num_partitions,
-                allow_pickle=self.allow_pickle)
+                allow_pickle=self.allow_pickle, hmac_key=self.hmac_key)
         backend.operator_state.operator_index = self.partition_id
         backend.operator_state.parallelism = self.num_partitions
         return backend
@@ -193,6 +211,7 @@ class StateStore:
                 extra={"created_at": int(time.time() * 1000), "version": new_version,
                        "partition": p.partition_id, "num_partitions": p.num_partitions,
                        "operator": p.operator_id},
+                hmac_key=p.hmac_key,
             ).result()
         except BaseException:
             self._abort_backend()

@@ -8,18 +8,23 @@ handle recorded, and a mismatch names the file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow.fs as pafs
 
 from .. import _native
-from ..errors import CheckpointNotFoundError, CorruptionError, StorageError
+from ..errors import (CheckpointFileMissingError, CheckpointNotFoundError, CorruptionError,
+                      StorageError)
+from . import documents
 from .handles import FileRef
+from .paths import UnsafePath, check_inside, check_relative, confine
 
 _COPY_CHUNK = 4 << 20
 
@@ -27,8 +32,9 @@ _COPY_CHUNK = 4 << 20
 # file whose identity and stat are unchanged since it was verified needs no second full read.
 # Tasks that restore on every batch (a partition landing on another Python worker) would
 # otherwise re-read the whole state just to checksum it. Keyed by (device, inode, size, mtime):
-# hard links share the entry, and any write to the file changes its mtime.
-_VERIFIED: "OrderedDict[tuple[int, int, int, int], int]" = OrderedDict()
+# hard links share the entry, and any write to the file changes its mtime. The value is the
+# CRC-32C and, once computed, the SHA-256.
+_VERIFIED: "OrderedDict[tuple[int, int, int, int], tuple[int, str]]" = OrderedDict()
 _VERIFIED_LIMIT = 200_000
 _verified_lock = threading.Lock()
 
@@ -38,15 +44,26 @@ def _stat_key(path: str) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _checksum(path: str) -> tuple[int, int, tuple[int, int, int, int]]:
-    """(crc32c, size, stat key) of a local file, reusing an earlier verification."""
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a local file (hashlib releases the GIL on large buffers)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _checksum(path: str, want_sha: bool) -> tuple[int, str, int, tuple[int, int, int, int]]:
+    """(crc32c, sha256 or "", size, stat key) of a local file, reusing an earlier
+    verification."""
     key = _stat_key(path)
     with _verified_lock:
-        crc = _VERIFIED.get(key)
-    if crc is not None:
-        return crc, key[2], key
-    crc, size = _native.file_crc32c(path)
-    return crc, size, key
+        crc, sha = _VERIFIED.get(key, (None, ""))
+    if crc is None:
+        crc, _ = _native.file_crc32c(path)
+    if want_sha and not sha:
+        sha = file_sha256(path)
+    return crc, sha, key[2], key
 
 
 def _crc_and_size(path: str, crc: int | None) -> tuple[int, int]:
@@ -57,12 +74,18 @@ def _crc_and_size(path: str, crc: int | None) -> tuple[int, int]:
     return crc, os.path.getsize(path)
 
 
-def _remember(key: tuple[int, int, int, int], crc: int) -> None:
+def _remember(key: tuple[int, int, int, int], crc: int, sha: str) -> None:
     with _verified_lock:
-        _VERIFIED[key] = crc
+        _VERIFIED[key] = (crc, sha)
         _VERIFIED.move_to_end(key)
         while len(_VERIFIED) > _VERIFIED_LIMIT:
             _VERIFIED.popitem(last=False)
+
+
+def forget_verifications() -> None:
+    """Drops the verification memo (campaigns isolate their cases with it)."""
+    with _verified_lock:
+        _VERIFIED.clear()
 
 
 # URI schemes resolved by a registered factory instead of pyarrow.fs.FileSystem.from_uri: for
@@ -73,6 +96,25 @@ _SCHEMES: dict[str, Callable[[str], tuple[pafs.FileSystem, str]]] = {}
 def register_filesystem(scheme: str, factory: Callable[[str], tuple[pafs.FileSystem, str]]) -> None:
     """Makes ``scheme://...`` URIs open through ``factory(uri) -> (filesystem, root path)``."""
     _SCHEMES[scheme] = factory
+
+
+@dataclass(frozen=True)
+class LocalEntry:
+    """What list_dir says about an entry of a local directory (the fields of pyarrow's
+    FileInfo that callers use)."""
+
+    base_name: str
+    type: pafs.FileType
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, entry: os.DirEntry) -> "LocalEntry":
+        st = entry.stat(follow_symlinks=False)
+        kind = (pafs.FileType.Directory if entry.is_dir(follow_symlinks=False) else
+                pafs.FileType.File if entry.is_file(follow_symlinks=False) else
+                pafs.FileType.Unknown)
+        return cls(entry.name, kind, st.st_size, st.st_mtime_ns)
 
 
 class CheckpointStorage:
@@ -96,6 +138,7 @@ class CheckpointStorage:
             self.uri = root
         self.root = root.rstrip("/")
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        self._real_root: str | None = None  # realpath of the root, once it exists
 
     def __repr__(self) -> str:
         return f"CheckpointStorage({self.uri!r})"
@@ -105,31 +148,84 @@ class CheckpointStorage:
 
     def describe(self, rel: str) -> str:
         """The location of rel as a user would type it (for error messages)."""
-        return f"{self.uri}/{rel}"
+        return f"{self.uri}/{rel}" if rel else self.uri
+
+    def resolve(self, rel: str) -> str:
+        """The full path of rel after checking that it stays inside the root: a relative path
+        of plain names and, on local storage, no symlink leading out (paths.py). Every method
+        that opens, copies, links or deletes goes through it."""
+        if not rel:
+            return self.root
+        confine(rel, self.describe(rel))
+        full = self.full_path(rel)
+        if self.is_local:
+            real_root = self._real_root or os.path.realpath(self.root)
+            if self._real_root is None and os.path.isdir(real_root):
+                self._real_root = real_root  # fixed once the root exists
+            check_inside(real_root, self.root, rel, self.describe(rel))
+        return full
+
+    def check_target(self, rel: str) -> str:
+        """resolve() for a path a caller asks to write: a path that is not a relative path of
+        plain names is the caller's mistake (ValueError), not damage."""
+        try:
+            check_relative(rel, "checkpoint path")
+        except UnsafePath as e:
+            raise ValueError(f"{e}; give a path relative to {self.uri}") from None
+        return self.resolve(rel)
 
     # ---- queries ---------------------------------------------------------------------------
 
     def exists(self, rel: str) -> bool:
-        return self.fs.get_file_info(self.full_path(rel)).type != pafs.FileType.NotFound
+        return self.fs.get_file_info(self.resolve(rel)).type != pafs.FileType.NotFound
 
-    def list_dir(self, rel: str) -> list[pafs.FileInfo]:
-        """Entries directly under rel ([] if rel does not exist)."""
-        info = self.fs.get_file_info(self.full_path(rel))
+    def is_dir(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.resolve(rel)).type == pafs.FileType.Directory
+
+    def list_dir(self, rel: str) -> "list[pafs.FileInfo | LocalEntry]":
+        """Entries directly under rel ([] if rel does not exist): ``base_name``, ``type``,
+        ``size``, ``mtime_ns``."""
+        full = self.resolve(rel)
+        if self.is_local:  # os.scandir: a fraction of pyarrow's per-call cost
+            try:
+                with os.scandir(full) as it:
+                    return [LocalEntry.of(e) for e in it]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        info = self.fs.get_file_info(full)
         if info.type == pafs.FileType.NotFound:
             return []
-        return self.fs.get_file_info(pafs.FileSelector(self.full_path(rel), allow_not_found=True))
+        return self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
 
-    def read_bytes(self, rel: str) -> bytes:
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
+        """The whole file at rel; a file longer than ``limit`` (default: the documents' cap)
+        is refused as corrupted, so a hostile size never makes a reader buffer more."""
+        limit = documents.MAX_DOCUMENT_BYTES if limit is None else limit
+        full = self.resolve(rel)
         try:
-            with self.fs.open_input_stream(self.full_path(rel)) as f:
-                return f.read()
-        except FileNotFoundError:
+            if self.is_local:
+                with open(full, "rb") as f:  # read(n) would allocate n bytes up front
+                    data = f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
+            else:
+                with self.fs.open_input_stream(full) as f:
+                    parts, got = [], 0
+                    while got <= limit and (chunk := f.read(min(_COPY_CHUNK, limit + 1 - got))):
+                        parts.append(chunk)
+                        got += len(chunk)
+                    data = b"".join(parts)
+        except (FileNotFoundError, NotADirectoryError):
             raise CheckpointNotFoundError(f"checkpoint file {self.describe(rel)} does not exist") from None
+        except IsADirectoryError:
+            raise CorruptionError(f"checkpoint file {self.describe(rel)} is a directory") from None
         except OSError as e:
-            if "not found" in str(e).lower() or "no such file" in str(e).lower():
+            if _not_found(e):
                 raise CheckpointNotFoundError(
                     f"checkpoint file {self.describe(rel)} does not exist") from None
             raise StorageError(f"cannot read {self.describe(rel)}: {e}") from e
+        if len(data) > limit:
+            raise CorruptionError(f"checkpoint file {self.describe(rel)} is larger than the "
+                                  f"{limit} bytes such a file may have; it is corrupted")
+        return data
 
     # ---- writes ----------------------------------------------------------------------------
 
@@ -140,7 +236,7 @@ class CheckpointStorage:
     def write_atomic(self, rel: str, data: bytes) -> None:
         """Publishes data at rel all at once: readers see the old file or the new one."""
         self._ensure_parent(rel)
-        final = self.full_path(rel)
+        final = self.resolve(rel)
         tmp = f"{final}.tmp-{uuid.uuid4().hex}"
         try:
             if self.is_local:
@@ -164,7 +260,7 @@ class CheckpointStorage:
         ``crc``: the file's CRC-32C if its writer computed it, else the file is read for it."""
         crc, size = _crc_and_size(local_file, crc)
         self._ensure_parent(rel)
-        final = self.full_path(rel)
+        final = self.resolve(rel)
         tmp = f"{final}.tmp-{uuid.uuid4().hex}"
         try:
             if self.is_local:
@@ -185,55 +281,84 @@ class CheckpointStorage:
     def place_local(self, rel: str) -> str:
         """A local temporary path that commit_local will move to rel (local storage only)."""
         self._ensure_parent(rel)
-        return f"{self.full_path(rel)}.tmp-{uuid.uuid4().hex}"
+        return f"{self.resolve(rel)}.tmp-{uuid.uuid4().hex}"
 
     def commit_local(self, tmp_path: str, rel: str, local_name: str = "",
                      crc: int | None = None) -> FileRef:
         """Moves a file written at place_local's path to rel; ``crc`` as for upload."""
         crc, size = _crc_and_size(tmp_path, crc)
-        os.replace(tmp_path, self.full_path(rel))
+        os.replace(tmp_path, self.resolve(rel))
         return FileRef(rel, size, crc, local_name)
 
+    # ---- verified reads ----------------------------------------------------------------------
+
     def download(self, ref: FileRef, local_file: str) -> None:
-        """Copies ref to local_file and verifies its size and checksum."""
-        src = self.full_path(ref.path)
+        """Copies ref to local_file and verifies its size and checksum. Never stores more than
+        the size the handle recorded (a hostile file cannot fill the local disk)."""
+        src = self.resolve(ref.path)
+        too_long = False
+        if self.is_local and os.path.isfile(src) and os.path.getsize(src) != ref.size:
+            self._wrong_size(ref, os.path.getsize(src))  # before copying a file of any size
         try:
             if self.is_local:
                 shutil.copyfile(src, local_file)
             else:
                 with self.fs.open_input_stream(src) as f, open(local_file, "wb") as out:
+                    copied = 0
                     while chunk := f.read(_COPY_CHUNK):
+                        copied += len(chunk)
+                        if copied > ref.size:
+                            too_long = True
+                            break
                         out.write(chunk)
         except FileNotFoundError:
-            raise CheckpointNotFoundError(
+            raise CheckpointFileMissingError(
                 f"checkpoint file {self.describe(ref.path)} does not exist") from None
+        except IsADirectoryError:
+            raise CorruptionError(f"checkpoint file {self.describe(ref.path)} is a directory, "
+                                  f"not a file") from None
         except OSError as e:
-            if "not found" in str(e).lower() or "no such file" in str(e).lower():
-                raise CheckpointNotFoundError(
+            if _not_found(e):
+                raise CheckpointFileMissingError(
                     f"checkpoint file {self.describe(ref.path)} does not exist") from None
             raise StorageError(f"cannot download {self.describe(ref.path)}: {e}") from e
+        if too_long:
+            raise CorruptionError(f"checkpoint file {self.describe(ref.path)} is longer than "
+                                  f"the {ref.size} bytes its handle recorded (replaced)")
         self.verify_local(ref, local_file)
 
+    def _wrong_size(self, ref: FileRef, size: int) -> None:
+        raise CorruptionError(
+            f"checkpoint file {self.describe(ref.path)} has {size} bytes but its handle "
+            f"recorded {ref.size} (truncated or replaced)")
+
     def verify_local(self, ref: FileRef, local_file: str) -> None:
-        """Checks size and CRC-32C against the handle (once per unchanged file per process)."""
-        crc, size, key = _checksum(local_file)
+        """Checks size, CRC-32C and (if recorded) SHA-256 against the handle, once per
+        unchanged file per process."""
+        if not os.path.isfile(local_file):
+            raise CorruptionError(f"checkpoint file {self.describe(ref.path)} is not a regular file")
+        if os.path.getsize(local_file) != ref.size:  # before reading a possibly huge file
+            self._wrong_size(ref, os.path.getsize(local_file))
+        crc, sha, size, key = _checksum(local_file, bool(ref.sha256))
         if size != ref.size:
-            raise CorruptionError(
-                f"checkpoint file {self.describe(ref.path)} has {size} bytes but its handle "
-                f"recorded {ref.size} (truncated or replaced)")
+            self._wrong_size(ref, size)
         if crc != ref.crc32c:
             raise CorruptionError(
                 f"checkpoint file {self.describe(ref.path)} is corrupted: CRC-32C {crc:#010x} "
                 f"differs from the recorded {ref.crc32c:#010x}")
-        _remember(key, crc)
+        if ref.sha256 and sha != ref.sha256:
+            raise CorruptionError(
+                f"checkpoint file {self.describe(ref.path)} fails its SHA-256 check: its content "
+                f"is not what was checkpointed (tampered with)")
+        _remember(key, crc, sha)
 
     def open_verified(self, ref: FileRef, scratch_dir: str) -> str:
         """A verified local path holding ref: the file itself on local storage (after its
         checksum is checked), else a downloaded copy under scratch_dir."""
         if self.is_local:
-            path = self.full_path(ref.path)
-            if not os.path.exists(path):
-                raise CheckpointNotFoundError(
+            path = self.resolve(ref.path)
+            if not os.path.lexists(path):
+                raise CheckpointFileMissingError(
                     f"checkpoint file {self.describe(ref.path)} does not exist")
             self.verify_local(ref, path)
             return path
@@ -241,14 +366,34 @@ class CheckpointStorage:
         self.download(ref, local)
         return local
 
+    def place_verified(self, ref: FileRef, dest: str, link: bool = False) -> None:
+        """Puts a verified copy of ref at the local path dest; with ``link`` on local storage a
+        hard link (for immutable files such as SSTs), so nothing is copied."""
+        if not (link and self.is_local):
+            self.download(ref, dest)
+            return
+        src = self.resolve(ref.path)
+        if not os.path.lexists(src):
+            raise CheckpointFileMissingError(f"checkpoint file {self.describe(ref.path)} does not exist")
+        if not os.path.isfile(src):
+            raise CorruptionError(f"checkpoint file {self.describe(ref.path)} is not a regular file")
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copyfile(src, dest)
+        self.verify_local(ref, dest)
+
     # ---- deletes ---------------------------------------------------------------------------
 
     def delete_file(self, rel: str) -> None:
-        self._delete_quietly(self.full_path(rel))
+        self._delete_quietly(self.resolve(rel))
 
     def delete_dir(self, rel: str) -> None:
+        full = self.resolve(rel)
+        if full == self.root:
+            raise ValueError("refusing to delete the checkpoint root")
         try:
-            self.fs.delete_dir(self.full_path(rel))
+            self.fs.delete_dir(full)
         except (FileNotFoundError, OSError):
             pass
 
@@ -257,6 +402,11 @@ class CheckpointStorage:
             self.fs.delete_file(full)
         except (FileNotFoundError, OSError):
             pass
+
+
+def _not_found(e: OSError) -> bool:
+    text = str(e).lower()
+    return "not found" in text or "no such file" in text
 
 
 def _fsync_dir(path: str) -> None:

@@ -144,7 +144,8 @@ cdef extern from "db.h" namespace "stateengine" nogil:
 
     cdef cppclass CStateDB "stateengine::StateDB":
         @staticmethod
-        CStatus Open(const string&, const vector[CColumnFamilySpec]&, unique_ptr[CStateDB]*)
+        CStatus Open(const string&, const vector[CColumnFamilySpec]&, unique_ptr[CStateDB]*,
+                     cbool create_if_missing)
         @staticmethod
         void SetBottommostFilters(bint)
         @staticmethod
