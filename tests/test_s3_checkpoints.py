@@ -217,3 +217,32 @@ def test_a_reader_never_sees_a_partial_version(s3, tmp_path):
     assert seen, "the reader never saw a version"
     for version, got in seen:
         assert got == expected[version], f"version {version} was seen incomplete"
+
+
+def test_a_commit_puts_each_object_once_and_the_manifest_last(s3, s3_proxy, tmp_path):
+    """What a commit sends (counted at the proxy): one PUT per new file, straight to its final
+    name (no temporary object, copy or delete: S3 has no rename), a HEAD per PUT to check the
+    stored size, no directory marker objects, and the manifest as the last PUT."""
+    uri = s3.uri("requests", endpoint=s3_proxy.endpoint)
+    with provider(uri, tmp_path) as prov:
+        store = prov.get_store(0)
+        h = Harness(store.backend, Model())
+        for op in random_ops(random.Random(2), KEYS, 400):
+            h.apply(op)
+        store.commit()
+        store = prov.get_store(1)
+        h = Harness(store.backend, h.model)
+        for op in random_ops(random.Random(3), KEYS[:5], 20):
+            h.apply(op)
+        s3_proxy.reset_counts()
+        store.commit()
+        metrics = store.metrics
+    sent = s3_proxy.snapshot()
+    puts = [e.path.split("/requests/", 1)[1] for e in sent if e.method == "PUT"]
+    assert not [p for p in puts if p.endswith("/") or ".tmp-" in p], puts
+    assert len(puts) == len(set(puts)) == metrics["files_uploaded"] + 1  # + the manifest
+    assert puts[-1] == "agg/v2/p00000-of-00001.json"
+    heads = [e.path.split("/requests/", 1)[1] for e in sent if e.method == "HEAD"]
+    assert sorted(heads) == sorted(puts)
+    assert not [e for e in sent if e.method in ("POST", "DELETE")]
+    assert metrics["storage_retries"] == 0

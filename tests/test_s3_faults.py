@@ -154,9 +154,9 @@ def test_an_upload_stored_truncated_is_uploaded_again_before_the_version_is_publ
         commit_version(prov, 1)
         s3_proxy.truncate_upload(1000, path="/shared/")
         metrics = commit_version(prov, 2)
+    assert_restores(uri, tmp_path, 2, "check")
     assert metrics["storage_retries"] == 1
     assert [e.fault for e in s3_proxy.snapshot() if e.fault] == ["truncate"]
-    assert_restores(uri, tmp_path, 2, "check")
 
 
 def test_a_reader_never_sees_a_version_before_all_its_files(s3, s3_proxy, tmp_path):

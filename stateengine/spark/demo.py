@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
              .option("checkpointLocation", os.path.join(work, "stream"))
              .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
     print(f"stateengine demo: {args.rows_per_second} events/s over {args.users} users, "
-          f"{args.partitions} partitions, checkpoint {storage.uri}"
+          f"{args.partitions} partitions, checkpoint {storage.location}"
           + (f" (Spark's stream checkpoint and outputs in {work})" if remote else ""), flush=True)
     try:
         query.awaitTermination()
@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     if remote:
         objects = storage.fs.get_file_info(pafs.FileSelector(storage.root, recursive=True))
         files = [i for i in objects if i.type == pafs.FileType.File]
-        print(f"state on {storage.uri}: {len(files)} objects, "
+        print(f"state on {storage.location}: {len(files)} objects, "
               f"{sum(i.size for i in files) / 1e6:.1f} MB", flush=True)
     if args.local_s3:
         print("the local S3 server keeps its objects in memory: the next --local-s3 run "
