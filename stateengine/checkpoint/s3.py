@@ -81,10 +81,12 @@ def open_s3(uri: str) -> tuple[pafs.S3FileSystem, str, str, Retrier]:
     with _cache_lock:
         cached = _cache.get(ident)
     if cached is None:
+        retry = pafs.AwsStandardS3RetryStrategy(max_attempts=1)
         try:
-            fs = pafs.S3FileSystem(
-                allow_delayed_open=True,
-                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1), **kwargs)
+            try:
+                fs = pafs.S3FileSystem(allow_delayed_open=True, retry_strategy=retry, **kwargs)
+            except TypeError:  # pyarrow < 16: every upload is a multipart upload
+                fs = pafs.S3FileSystem(retry_strategy=retry, **kwargs)
         except Exception as e:  # pyarrow raises ArrowInvalid / OSError variants
             raise StorageError(f"cannot open checkpoint storage {display}: {e}") from e
         with _cache_lock:
