@@ -1,5 +1,6 @@
 """Shared fixtures: throwaway backends in pytest's tmp dirs, one local SparkSession and one
-Spark Connect session (to a server the tests start).
+Spark Connect session (to a server the tests start), and a local S3 server (moto's, a child
+process on 127.0.0.1) with a fresh prefix per test and a fault-injecting proxy.
 
 The Spark fixtures are session-scoped because starting a JVM costs seconds; every test that uses
 one is marked ``spark`` automatically, and ``connect`` for the Connect session (``-m "not spark"``

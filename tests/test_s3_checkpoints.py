@@ -246,3 +246,34 @@ def test_a_commit_puts_each_object_once_and_the_manifest_last(s3, s3_proxy, tmp_
     assert sorted(heads) == sorted(puts)
     assert not [e for e in sent if e.method in ("POST", "DELETE")]
     assert metrics["storage_retries"] == 0
+
+
+def test_uri_options_endpoint_variables_and_credentials(monkeypatch):
+    from stateengine import StorageError
+    from stateengine.checkpoint import s3 as s3_uri
+
+    shown, root, options = s3_uri.parse(
+        "s3://bucket/app/state/?endpoint_override=127.0.0.1:9000&scheme=http&region=eu-west-1"
+        "&allow_bucket_creation=true")
+    assert (shown, root) == ("s3://bucket/app/state", "bucket/app/state")
+    assert options == {"endpoint_override": "127.0.0.1:9000", "scheme": "http",
+                       "region": "eu-west-1", "allow_bucket_creation": True}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9100")
+    assert s3_uri.parse("s3://bucket/x")[2] == {"endpoint_override": "127.0.0.1:9100",
+                                                "scheme": "http"}
+    with pytest.raises(StorageError, match="carries credentials; take them out of the URI"):
+        s3_uri.parse("s3://AKIAEXAMPLE:secret@bucket/x")
+    with pytest.raises(StorageError, match="option 'endpoint' is not supported"):
+        s3_uri.parse("s3://bucket/x?endpoint=127.0.0.1:9000")
+    with pytest.raises(StorageError, match="connect_timeout='soon' is not a valid float"):
+        s3_uri.parse("s3://bucket/x?connect_timeout=soon")
+
+
+def test_messages_show_the_uri_without_its_options(s3):
+    from stateengine import CheckpointNotFoundError
+
+    storage = CheckpointStorage(s3.uri("nothing-here"))
+    assert "?" in storage.uri and storage.location == f"s3://{s3.path('nothing-here')}"
+    with pytest.raises(CheckpointNotFoundError) as e:
+        storage.read_bytes("op/_operator.json")
+    assert str(e.value) == f"checkpoint file {storage.location}/op/_operator.json does not exist"

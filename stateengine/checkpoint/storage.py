@@ -37,6 +37,8 @@ from .paths import UnsafePath, check_inside, check_relative, confine
 from .retry import Retrier, ShortUploadError
 
 _COPY_CHUNK = 4 << 20
+# A read from an object store is one ranged GET per read call: larger reads, fewer requests.
+_REMOTE_READ = 16 << 20
 T = TypeVar("T")
 
 # Checkpoint files never change after they are published (unique names, written once), so a
@@ -388,7 +390,7 @@ class CheckpointStorage:
             """Copies the object; True if it is longer than the handle says."""
             with self.fs.open_input_stream(src) as f, open(local_file, "wb") as out:
                 copied = 0
-                while chunk := f.read(_COPY_CHUNK):
+                while chunk := f.read(_REMOTE_READ):
                     copied += len(chunk)
                     if copied > ref.size:
                         return True
