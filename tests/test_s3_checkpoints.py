@@ -13,6 +13,7 @@ import json
 import random
 import threading
 
+import pyarrow
 import pytest
 
 from stateengine import KeyedStateBackend, KeyGroupRange, StateStoreProvider
@@ -240,11 +241,14 @@ def test_a_commit_puts_each_object_once_and_the_manifest_last(s3, s3_proxy, tmp_
     sent = s3_proxy.snapshot()
     puts = [e.path.split("/requests/", 1)[1] for e in sent if e.method == "PUT"]
     assert not [p for p in puts if p.endswith("/") or ".tmp-" in p], puts
-    assert len(puts) == len(set(puts)) == metrics["files_uploaded"] + 1  # + the manifest
+    assert [p for p in puts if p.endswith(".json")] == ["agg/v2/p00000-of-00001.json"]
     assert puts[-1] == "agg/v2/p00000-of-00001.json"
     heads = [e.path.split("/requests/", 1)[1] for e in sent if e.method == "HEAD"]
-    assert sorted(heads) == sorted(puts)
-    assert not [e for e in sent if e.method in ("POST", "DELETE")]
+    assert sorted(heads) == sorted(set(puts))
+    assert len(heads) == metrics["files_uploaded"] + 1  # + the manifest
+    assert not [e for e in sent if e.method == "DELETE"]
+    if int(pyarrow.__version__.split(".")[0]) >= 20:  # small objects in one PutObject
+        assert len(puts) == len(heads) and not [e for e in sent if e.method == "POST"]
     assert metrics["storage_retries"] == 0
 
 

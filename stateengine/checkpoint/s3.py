@@ -85,7 +85,7 @@ def open_s3(uri: str) -> tuple[pafs.S3FileSystem, str, str, Retrier]:
         try:
             try:
                 fs = pafs.S3FileSystem(allow_delayed_open=True, retry_strategy=retry, **kwargs)
-            except TypeError:  # pyarrow < 16: every upload is a multipart upload
+            except TypeError:  # pyarrow < 20: every upload is a multipart upload (3 requests)
                 fs = pafs.S3FileSystem(retry_strategy=retry, **kwargs)
         except Exception as e:  # pyarrow raises ArrowInvalid / OSError variants
             raise StorageError(f"cannot open checkpoint storage {display}: {e}") from e

@@ -477,8 +477,7 @@ class CheckpointStorage:
     # ---- deletes ---------------------------------------------------------------------------
 
     def delete_file(self, rel: str) -> None:
-        full = self.resolve(rel)
-        self._quietly(f"deleting {self.describe(rel)}", lambda: self.fs.delete_file(full))
+        self._delete_quietly(self.resolve(rel))
 
     def delete_dir(self, rel: str) -> None:
         full = self.resolve(rel)
@@ -495,10 +494,8 @@ class CheckpointStorage:
             pass
 
     def _delete_quietly(self, full: str) -> None:
-        try:
-            self.fs.delete_file(full)
-        except (FileNotFoundError, OSError):
-            pass
+        shown = self.location + full[len(self.root):] if full.startswith(self.root) else full
+        self._quietly(f"deleting {shown}", lambda: self.fs.delete_file(full))
 
 
 def _not_found(e: OSError) -> bool:
