@@ -58,7 +58,7 @@ def _key(args: argparse.Namespace) -> bytes | None:
 def _storage(args: argparse.Namespace) -> CheckpointStorage:
     storage = CheckpointStorage(args.checkpoint)
     if not storage.is_dir(""):
-        raise CheckpointNotFoundError(f"checkpoint directory {storage.uri} does not exist")
+        raise CheckpointNotFoundError(f"checkpoint directory {storage.location} does not exist")
     return storage
 
 
@@ -87,7 +87,7 @@ def _catalog(args: argparse.Namespace) -> VersionCatalog:
     operators = _operators(storage)
     if args.operator not in operators:
         raise CheckpointNotFoundError(
-            f"{storage.uri} has no operator '{args.operator}' (operators: "
+            f"{storage.location} has no operator '{args.operator}' (operators: "
             f"{', '.join(operators) or 'none'})")
     return VersionCatalog(storage, args.operator, _key(args))
 
@@ -111,10 +111,10 @@ def cmd_versions(args: argparse.Namespace) -> int:
     storage = _storage(args)
     present = _operators(storage)
     if args.operator is not None and args.operator not in present:
-        raise CheckpointNotFoundError(f"{storage.uri} has no operator '{args.operator}' "
+        raise CheckpointNotFoundError(f"{storage.location} has no operator '{args.operator}' "
                                       f"(operators: {', '.join(present) or 'none'})")
     if not present:
-        raise CheckpointNotFoundError(f"{storage.uri} holds no operator state")
+        raise CheckpointNotFoundError(f"{storage.location} holds no operator state")
     damaged = 0
     for op in [args.operator] if args.operator else present:
         catalog = VersionCatalog(storage, op, _key(args))

@@ -102,7 +102,7 @@ class StateStoreProvider:
         self.catalog.check_properties(max_parallelism)
 
     def __repr__(self) -> str:
-        return (f"StateStoreProvider({self.storage.uri!r}, op={self.operator_id!r}, "
+        return (f"StateStoreProvider({self.storage.location!r}, op={self.operator_id!r}, "
                 f"part={self.partition_id}/{self.num_partitions})")
 
     def latest_version(self) -> int:
@@ -115,6 +115,7 @@ class StateStoreProvider:
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be an int >= 0, got {version!r}")
         started = time.perf_counter()
+        retries = self.storage.retries
         reused = self._backend is not None and self._backend_version == version
         if not reused:
             self._drop_backend()
@@ -122,7 +123,8 @@ class StateStoreProvider:
         self._backend_version = None  # dirty until committed
         self._backend._unseal()
         self.last_load = {"version": version, "reused": reused,
-                          "seconds": time.perf_counter() - started}
+                          "seconds": time.perf_counter() - started,
+                          "retries": self.storage.retries - retries}
         return StateStore(self, version, self._backend)
 
     def _load(self, version: int) -> KeyedStateBackend:
@@ -223,6 +225,7 @@ class StateStore:
         p = self._provider
         new_version = self.version + 1
         started = time.perf_counter()
+        retries = p.storage.retries  # storage calls retried during this commit (retry.py)
         attempt = uuid.uuid4().hex[:12]
         try:
             handle = self._backend.checkpoint(
@@ -262,8 +265,10 @@ class StateStore:
             "versions_pruned": pruned["versions"],
             "files_deleted": pruned["files"],
             "prune_error": prune_error,
+            "storage_retries": p.storage.retries - retries,
             "load_reused_backend": p.last_load.get("reused", False),
             "load_seconds": p.last_load.get("seconds", 0.0),
+            "load_retries": p.last_load.get("retries", 0),
         }
         return new_version
 

@@ -1,9 +1,17 @@
 """Checkpoint storage on any file system ``pyarrow.fs`` reaches: local paths and ``file://``,
 ``hdfs://`` and ``s3://`` URIs.
 
-Files are written under unique names or to a temporary name and then moved into place, so a
-reader never sees half a file; every download is checked against the size and CRC-32C the
-handle recorded, and a mismatch names the file.
+A reader never sees half a file. On file systems with an atomic rename (local, HDFS) files are
+written to a temporary name and then moved into place. Object stores have no rename (pyarrow
+emulates it by copy and delete), but they make an object visible only once its upload is
+complete, as a whole, and a PUT over an existing object replaces it atomically: there every
+file is written straight to its final name, in one request when small, and then its stored
+size is checked (a store that kept a truncated object gets the upload again). No directory
+marker objects are created. Every download is checked against the size and CRC-32C the handle
+recorded, and a mismatch names the file.
+
+Calls to a non-local file system are retried when they fail transiently (retry.py): bounded,
+logged on ``stateengine.storage`` and counted in ``retries``.
 """
 
 from __future__ import annotations
@@ -15,9 +23,10 @@ import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import pyarrow.fs as pafs
+from pyarrow import NativeFile
 
 from .. import _native
 from ..errors import (CheckpointFileMissingError, CheckpointNotFoundError, CorruptionError,
@@ -25,8 +34,12 @@ from ..errors import (CheckpointFileMissingError, CheckpointNotFoundError, Corru
 from . import documents
 from .handles import FileRef
 from .paths import UnsafePath, check_inside, check_relative, confine
+from .retry import Retrier, ShortUploadError
 
 _COPY_CHUNK = 4 << 20
+# A read from an object store is one ranged GET per read call: larger reads, fewer requests.
+_REMOTE_READ = 16 << 20
+T = TypeVar("T")
 
 # Checkpoint files never change after they are published (unique names, written once), so a
 # file whose identity and stat are unchanged since it was verified needs no second full read.
@@ -118,37 +131,61 @@ class LocalEntry:
 
 
 class CheckpointStorage:
-    """A checkpoint root directory. Paths given to methods are relative to the root."""
+    """A checkpoint root directory. Paths given to methods are relative to the root.
+
+    ``uri`` reopens the same storage anywhere (an S3 URI keeps its query options);
+    ``location`` is what messages show (no options)."""
 
     def __init__(self, uri: str | os.PathLike) -> None:
         uri = os.fspath(uri)
         scheme = uri.split("://", 1)[0] if "://" in uri else ""
+        self.retrier: Retrier | None = None
         if scheme in _SCHEMES:
             self.fs, root = _SCHEMES[scheme](uri)
-            self.uri = uri.rstrip("/")
+            self.uri = self.location = uri.rstrip("/")
+        elif scheme == "s3":
+            from .s3 import open_s3
+
+            self.fs, root, self.location, self.retrier = open_s3(uri)
+            query = uri.partition("?")[2]
+            self.uri = self.location + (f"?{query}" if query else "")
         elif "://" in uri and not uri.startswith("file://"):
             try:
                 self.fs, root = pafs.FileSystem.from_uri(uri)
             except Exception as e:  # pyarrow raises ArrowInvalid / OSError variants
                 raise StorageError(f"cannot open checkpoint storage {uri}: {e}") from e
-            self.uri = uri.rstrip("/")
+            self.uri = self.location = uri.rstrip("/")
         else:
             root = os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
             self.fs = pafs.LocalFileSystem()
-            self.uri = root
+            self.uri = self.location = root
         self.root = root.rstrip("/")
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        # no rename, no directories, atomic whole-object PUTs (see the module docstring)
+        self.is_object_store = type(self.fs).__name__ in ("S3FileSystem", "GcsFileSystem")
+        if self.retrier is None and not self.is_local:
+            self.retrier = Retrier()
         self._real_root: str | None = None  # realpath of the root, once it exists
 
     def __repr__(self) -> str:
-        return f"CheckpointStorage({self.uri!r})"
+        return f"CheckpointStorage({self.location!r})"
+
+    @property
+    def retries(self) -> int:
+        """Storage calls retried so far (monotonic; shared by the storage objects of one S3
+        file system in this process)."""
+        return self.retrier.retries if self.retrier is not None else 0
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """fn() with the bounded retries of a non-local file system (retry.py)."""
+        return fn() if self.retrier is None else self.retrier.call(what, fn)
 
     def full_path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
     def describe(self, rel: str) -> str:
         """The location of rel as a user would type it (for error messages)."""
-        return f"{self.uri}/{rel}" if rel else self.uri
+        return f"{self.location}/{rel}" if rel else self.location
 
     def resolve(self, rel: str) -> str:
         """The full path of rel after checking that it stays inside the root: a relative path
@@ -176,11 +213,15 @@ class CheckpointStorage:
 
     # ---- queries ---------------------------------------------------------------------------
 
+    def _info(self, rel: str) -> pafs.FileInfo:
+        full = self.resolve(rel)
+        return self._call(f"looking up {self.describe(rel)}", lambda: self.fs.get_file_info(full))
+
     def exists(self, rel: str) -> bool:
-        return self.fs.get_file_info(self.resolve(rel)).type != pafs.FileType.NotFound
+        return self._info(rel).type != pafs.FileType.NotFound
 
     def is_dir(self, rel: str) -> bool:
-        return self.fs.get_file_info(self.resolve(rel)).type == pafs.FileType.Directory
+        return self._info(rel).type == pafs.FileType.Directory
 
     def list_dir(self, rel: str) -> "list[pafs.FileInfo | LocalEntry]":
         """Entries directly under rel ([] if rel does not exist): ``base_name``, ``type``,
@@ -192,27 +233,35 @@ class CheckpointStorage:
                     return [LocalEntry.of(e) for e in it]
             except (FileNotFoundError, NotADirectoryError):
                 return []
-        info = self.fs.get_file_info(full)
-        if info.type == pafs.FileType.NotFound:
-            return []
-        return self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
+        def listing() -> list[pafs.FileInfo]:
+            # one LIST on an object store: a missing prefix lists as empty
+            if not self.is_object_store and \
+                    self.fs.get_file_info(full).type == pafs.FileType.NotFound:
+                return []
+            return self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
+
+        return self._call(f"listing {self.describe(rel)}", listing)
 
     def read_bytes(self, rel: str, limit: int | None = None) -> bytes:
         """The whole file at rel; a file longer than ``limit`` (default: the documents' cap)
         is refused as corrupted, so a hostile size never makes a reader buffer more."""
         limit = documents.MAX_DOCUMENT_BYTES if limit is None else limit
         full = self.resolve(rel)
+
+        def remote() -> bytes:
+            with self.fs.open_input_stream(full) as f:
+                parts, got = [], 0
+                while got <= limit and (chunk := f.read(min(_COPY_CHUNK, limit + 1 - got))):
+                    parts.append(chunk)
+                    got += len(chunk)
+                return b"".join(parts)
+
         try:
             if self.is_local:
                 with open(full, "rb") as f:  # read(n) would allocate n bytes up front
                     data = f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
             else:
-                with self.fs.open_input_stream(full) as f:
-                    parts, got = [], 0
-                    while got <= limit and (chunk := f.read(min(_COPY_CHUNK, limit + 1 - got))):
-                        parts.append(chunk)
-                        got += len(chunk)
-                    data = b"".join(parts)
+                data = self._call(f"reading {self.describe(rel)}", remote)
         except (FileNotFoundError, NotADirectoryError):
             raise CheckpointNotFoundError(f"checkpoint file {self.describe(rel)} does not exist") from None
         except IsADirectoryError:
@@ -230,8 +279,38 @@ class CheckpointStorage:
     # ---- writes ----------------------------------------------------------------------------
 
     def _ensure_parent(self, rel: str) -> None:
+        if self.is_object_store:  # no directories: pyarrow would PUT a marker object per level
+            return
         parent = self.full_path(rel).rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
+        self._call(f"creating {self.describe(parent[len(self.root) + 1:])}",
+                   lambda: self.fs.create_dir(parent, recursive=True))
+
+    def _put_object(self, rel: str, full: str, write: Callable[[NativeFile], None],
+                    size: int) -> None:
+        """Writes an object straight to its name (object stores only: the object appears
+        whole when its upload completes) and checks the size the store kept."""
+        def attempt() -> None:
+            with self.fs.open_output_stream(full) as out:
+                write(out)
+            kept = self.fs.get_file_info(full).size
+            if kept != size:
+                raise ShortUploadError(f"the store kept {kept} of its {size} bytes")
+
+        self._call(f"upload of {self.describe(rel)}", attempt)
+
+    def _put_and_move(self, rel: str, final: str, write: Callable[[NativeFile], None]) -> None:
+        """Writes a temporary file and renames it into place (file systems with rename)."""
+        def attempt() -> None:
+            tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+            try:
+                with self.fs.open_output_stream(tmp) as out:
+                    write(out)
+                self.fs.move(tmp, final)
+            except OSError:
+                self._delete_quietly(tmp)
+                raise
+
+        self._call(f"upload of {self.describe(rel)}", attempt)
 
     def write_atomic(self, rel: str, data: bytes) -> None:
         """Publishes data at rel all at once: readers see the old file or the new one."""
@@ -246,12 +325,13 @@ class CheckpointStorage:
                     os.fsync(f.fileno())
                 os.replace(tmp, final)
                 _fsync_dir(os.path.dirname(final))
+            elif self.is_object_store:
+                self._put_object(rel, final, lambda out: out.write(data), len(data))
             else:
-                with self.fs.open_output_stream(tmp) as out:
-                    out.write(data)
-                self.fs.move(tmp, final)
+                self._put_and_move(rel, final, lambda out: out.write(data))
         except OSError as e:
-            self._delete_quietly(tmp)
+            if self.is_local:
+                self._delete_quietly(tmp)
             raise StorageError(f"cannot publish {self.describe(rel)}: {e}") from e
 
     def upload(self, local_file: str, rel: str, local_name: str = "",
@@ -262,19 +342,25 @@ class CheckpointStorage:
         self._ensure_parent(rel)
         final = self.resolve(rel)
         tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+
+        def copy(out: NativeFile) -> None:
+            with open(local_file, "rb") as src:
+                while chunk := src.read(_COPY_CHUNK):
+                    out.write(chunk)
+
         try:
             if self.is_local:
                 shutil.copyfile(local_file, tmp)
                 with open(tmp, "rb+") as f:
                     os.fsync(f.fileno())
                 os.replace(tmp, final)
+            elif self.is_object_store:
+                self._put_object(rel, final, copy, size)
             else:
-                with open(local_file, "rb") as src, self.fs.open_output_stream(tmp) as out:
-                    while chunk := src.read(_COPY_CHUNK):
-                        out.write(chunk)
-                self.fs.move(tmp, final)
+                self._put_and_move(rel, final, copy)
         except OSError as e:
-            self._delete_quietly(tmp)
+            if self.is_local:
+                self._delete_quietly(tmp)
             raise StorageError(f"cannot upload {local_file} to {self.describe(rel)}: {e}") from e
         return FileRef(rel, size, crc, local_name)
 
@@ -299,18 +385,23 @@ class CheckpointStorage:
         too_long = False
         if self.is_local and os.path.isfile(src) and os.path.getsize(src) != ref.size:
             self._wrong_size(ref, os.path.getsize(src))  # before copying a file of any size
+
+        def fetch() -> bool:
+            """Copies the object; True if it is longer than the handle says."""
+            with self.fs.open_input_stream(src) as f, open(local_file, "wb") as out:
+                copied = 0
+                while chunk := f.read(_REMOTE_READ):
+                    copied += len(chunk)
+                    if copied > ref.size:
+                        return True
+                    out.write(chunk)
+            return False
+
         try:
             if self.is_local:
                 shutil.copyfile(src, local_file)
             else:
-                with self.fs.open_input_stream(src) as f, open(local_file, "wb") as out:
-                    copied = 0
-                    while chunk := f.read(_COPY_CHUNK):
-                        copied += len(chunk)
-                        if copied > ref.size:
-                            too_long = True
-                            break
-                        out.write(chunk)
+                too_long = self._call(f"download of {self.describe(ref.path)}", fetch)
         except FileNotFoundError:
             raise CheckpointFileMissingError(
                 f"checkpoint file {self.describe(ref.path)} does not exist") from None
@@ -392,16 +483,19 @@ class CheckpointStorage:
         full = self.resolve(rel)
         if full == self.root:
             raise ValueError("refusing to delete the checkpoint root")
+        self._quietly(f"deleting {self.describe(rel)}", lambda: self.fs.delete_dir(full))
+
+    def _quietly(self, what: str, fn: Callable[[], None]) -> None:
+        """Deletes are maintenance: retried like any call, then given up on silently (what
+        they leave is collected later as orphans)."""
         try:
-            self.fs.delete_dir(full)
+            self._call(what, fn)
         except (FileNotFoundError, OSError):
             pass
 
     def _delete_quietly(self, full: str) -> None:
-        try:
-            self.fs.delete_file(full)
-        except (FileNotFoundError, OSError):
-            pass
+        shown = self.location + full[len(self.root):] if full.startswith(self.root) else full
+        self._quietly(f"deleting {shown}", lambda: self.fs.delete_file(full))
 
 
 def _not_found(e: OSError) -> bool:

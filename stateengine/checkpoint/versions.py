@@ -79,6 +79,7 @@ class VersionCatalog:
         self.hmac_key = docs.resolve_key(hmac_key)
         self._cache: dict[tuple[str, int, int], tuple[IncrementalHandle, dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self._properties_written = False
 
     # ---- paths ---------------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ class VersionCatalog:
         return f"{self.version_dir(version)}/p{partition:05d}-of-{num_partitions:05d}-{attempt}"
 
     def describe(self) -> str:
-        return f"operator '{self.operator_id}' in {self.storage.uri}"
+        return f"operator '{self.operator_id}' in {self.storage.location}"
 
     # ---- operator properties ---------------------------------------------------------------
 
@@ -127,10 +128,13 @@ class VersionCatalog:
         return props
 
     def write_properties(self, max_parallelism: int, key_codecs: list[int] | None) -> None:
+        if self._properties_written:  # written once per operator: no request per commit
+            return
         rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
         if not self.storage.exists(rel):
             doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs}
             self.storage.write_atomic(rel, docs.dumps(docs.seal(doc, self.hmac_key)))
+        self._properties_written = True
 
     # ---- reading ---------------------------------------------------------------------------
 

@@ -298,7 +298,7 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
     storage = CheckpointStorage(checkpoint)
     v, handles = _version_handles(storage, operator_id, version, max_parallelism)
     if not handles:
-        raise UnknownStateError(f"operator '{operator_id}' in {storage.uri} has no committed "
+        raise UnknownStateError(f"operator '{operator_id}' in {storage.location} has no committed "
                                 f"version yet")
     metas = {m["name"]: m for m in handles[0]["states"]}
     meta = metas.get(state_name)
