@@ -85,3 +85,12 @@ class PickleNotAllowedError(StateEngineError, RuntimeError):
 class MixedTypesError(StateEngineError, TypeError):
     """The values of a default-serializer state have no single Spark type to read them as
     (``read_state``); pass the type (``value_type=``...) explicitly."""
+
+
+class StreamingBatchError(StateEngineError, RuntimeError):
+    """A task cannot tell which micro-batch it runs in: no batch id where one is needed, or a
+    streaming query's offset log that is missing, unreadable or belongs to another query."""
+
+
+class WorkerEnvironmentError(StateEngineError, RuntimeError):
+    """Spark's Python workers cannot import stateengine (raised on the driver, before a job)."""

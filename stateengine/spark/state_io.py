@@ -47,6 +47,7 @@ from . import infer
 from .routing import PID_COL, check_no_null_keys, check_partition, default_num_partitions, \
     key_codecs_for, key_columns, route
 from .runtime import TaskConfig, guarded
+from .workers import check_workers
 
 _SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
                 Codec.FLOAT: "float", Codec.STRING: "string", Codec.BINARY: "binary",
@@ -341,6 +342,7 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                         arrays.append(dec.arrow(raws, keys))
                     yield pa.RecordBatch.from_arrays(arrays, names=out_names)
 
+    check_workers(spark)
     seeds = spark.createDataFrame([(json.dumps(h),) for h in handles], "handle string")
     df = seeds.repartition(len(handles)).mapInArrow(run, schema)
     return _flattened(df, meta, names, columns) if flatten else df
@@ -428,6 +430,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                      allow_pickle=allow_pickle)
     needed = list(dict.fromkeys([*cols, *extra]))  # a column may serve twice (key and user key)
     routed = route(df.select(*needed), cols, n, max_parallelism)
+    check_workers(df.sparkSession)
     if typed:
         _bootstrap_typed(routed, cfg, descriptor, cols, value_cols, uk_cols, namespace)
     else:
@@ -458,9 +461,9 @@ def _bootstrap_rows(routed: DataFrame, cfg: TaskConfig, descriptor: StateDescrip
         backend = task.backend
         written = 0
         for pdf in batches:
+            pdf = partition_rows(pdf, task.partition_id)
             if not len(pdf):
                 continue
-            check_partition(pdf, task.partition_id)
             check_no_null_keys(pdf, cols)
             keys = list(zip(*[pdf[c].tolist() for c in cols])) if len(cols) > 1 else pdf[cols[0]].tolist()
             values = pdf[value].tolist()
