@@ -181,7 +181,7 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
 }
 
 rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
-                              std::unique_ptr<StateDB>* out) {
+                              std::unique_ptr<StateDB>* out, bool create_if_missing) {
   if (cfs.size() > kMaxColumnFamilies) {
     return rocksdb::Status::InvalidArgument("more column families than a backend can hold");
   }
@@ -195,7 +195,10 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
   for (const auto& spec : cfs) descs.emplace_back(spec.name, s->MakeColumnFamilyOptions(spec));
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status st = rocksdb::DB::Open(MakeDBOptions(), path, descs, &handles, &s->db_);
+  rocksdb::DBOptions options = MakeDBOptions();
+  options.create_if_missing = create_if_missing;
+  options.create_missing_column_families = create_if_missing;
+  rocksdb::Status st = rocksdb::DB::Open(options, path, descs, &handles, &s->db_);
   if (!st.ok()) return st;
   // handles[0] is RocksDB's default family, which no state uses; keep it only to close it.
   s->db_->DestroyColumnFamilyHandle(handles[0]);

@@ -121,9 +121,10 @@ class PinRegistry {
 
 class StateDB {
  public:
-  // Opens (creating if needed) the database at path with exactly the given column families.
+  // Opens the database at path with exactly the given column families; creates what is
+  // missing only with create_if_missing (a restored directory must hold them all already).
   static rocksdb::Status Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
-                              std::unique_ptr<StateDB>* out);
+                              std::unique_ptr<StateDB>* out, bool create_if_missing = true);
   // Whether column families opened from now on build Bloom filters for their bottommost level
   // too. Off by default: most lookups of keyed state find their key, which lives in the last
   // level, so the filter probe (a cache miss per lookup) is wasted there; misses are still
