@@ -51,14 +51,16 @@ class StateDecl:
     ttl_ms: int | None = None
 
     def descriptor(self) -> StateDescriptor:
-        """The stateengine descriptor: the default serializer stores the codec's tuples."""
+        """The stateengine descriptor: a typed state of the same schema (so ``read_state``
+        shows its fields and a changed schema is refused, as Spark refuses it)."""
         ttl = _ttl_config(self.ttl_ms) if self.ttl_ms is not None else None
         extra = {"ttl": ttl} if ttl is not None else {}
         if self.kind == "value":
-            return ValueStateDescriptor(self.name, **extra)
+            return ValueStateDescriptor(self.name, value_type=self.schema, **extra)
         if self.kind == "list":
-            return ListStateDescriptor(self.name, **extra)
-        return MapStateDescriptor(self.name, **extra)
+            return ListStateDescriptor(self.name, value_type=self.schema, **extra)
+        return MapStateDescriptor(self.name, user_key_type=self.user_key_schema,
+                                  value_type=self.schema, **extra)
 
 
 def _ttl_config(ttl_ms: int) -> Any:

@@ -1,20 +1,17 @@
 """Values of a StatefulProcessor's state, checked and converted by their Spark schema.
 
 Spark's ``ValueState.update((5, 2.5))`` takes a tuple (or a ``Row``, a list, a dict by field
-name) laid out like the state's schema and returns tuples from ``get()``. ``RowCodec`` does the
-same for stateengine: ``store(value)`` checks every field against its Spark type and returns
-the tuple that the state keeps (the default "any" serializer stores tuples, lists, dicts and
-primitives natively), ``load(stored)`` turns it back into what Spark's handle returns: a tuple
-of Python values (``datetime`` for timestamps, ``date``, ``Decimal``, lists, dicts, ``Row`` for
-nested structs).
-
-Types the "any" serializer has no encoding for are stored as Spark stores them internally:
-timestamps as int microseconds since the epoch, dates as int days, decimals as their text.
+name) laid out like the state's schema and returns tuples from ``get()``. The states are typed
+stateengine states of the same schema (the struct codec); ``RowCodec`` sits in front of them and
+makes values look as they do through Spark's handle: ``store(value)`` checks every field against
+its Spark type, ``load(stored)`` returns what Spark's handle returns: a tuple of Python values,
+timestamps as naive local datetimes (pyspark's ``TimestampType.fromInternal``), nested structs as
+``Row``s.
 
 Where Spark would silently store null, the codec converts or refuses instead: an int given for
 a double field is stored as that number (Spark stores null), a float for an integer field is
 refused unless it is integral, and a value of the wrong kind raises ``SerializationError``
-naming the state and the field.
+naming the state and the field. Floats keep 32 bits and decimals their scale, as in Spark.
 """
 
 from __future__ import annotations
@@ -89,10 +86,13 @@ def _binary_field(v: Any) -> bytes:
     raise _Fail(f"is binary, got {_describe(v)}")
 
 
-def _timestamp_field(data_type: T.DataType) -> tuple[Callable, Callable]:
-    """Timestamps as Spark keeps them internally: int microseconds (pyspark's own rules for
-    naive and aware datetimes, so ``get()`` returns what Spark's handle returns)."""
-    def store(v: Any) -> int:
+def _timestamp_field(data_type: T.DataType) -> tuple[Callable, Callable | None]:
+    """Timestamps: an instant, stored in UTC. A naive datetime is local time, as pyspark reads
+    it (``TimestampType.toInternal``), and ``get()`` returns naive local time as Spark's handle
+    does; timestamp_ntz stays naive both ways."""
+    ntz = isinstance(data_type, T.TimestampNTZType)
+
+    def store(v: Any) -> datetime.datetime:
         if isinstance(v, np.datetime64):
             import pandas as pd
 
@@ -101,24 +101,31 @@ def _timestamp_field(data_type: T.DataType) -> tuple[Callable, Callable]:
             v = v.to_pydatetime()
         if not isinstance(v, datetime.datetime):
             raise _Fail(f"is {data_type.simpleString()}, got {_describe(v)}")
-        return int(data_type.toInternal(v))
-    return store, data_type.fromInternal
+        if ntz:
+            return v.replace(tzinfo=None) if v.tzinfo is None else \
+                v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return v.astimezone(datetime.timezone.utc)  # a naive one is taken as local time
+
+    def load(v: datetime.datetime) -> datetime.datetime:
+        return v.astimezone().replace(tzinfo=None)
+
+    return store, None if ntz else load
 
 
-def _date_field(v: Any) -> int:
+def _date_field(v: Any) -> datetime.date:
     if isinstance(v, datetime.datetime):
         v = v.date()
     if not isinstance(v, datetime.date):
         raise _Fail(f"is date, got {_describe(v)}")
-    return T.DateType().toInternal(v)
+    return v
 
 
 def _decimal_field(data_type: T.DecimalType) -> Callable[[Any], Any]:
-    """Decimals as text at the type's scale (Spark returns Decimal('3.10') for 3.1 stored in
-    a decimal(10,2)); a value that needs more digits than the precision is refused."""
+    """Decimals at the type's scale (Spark returns Decimal('3.10') for 3.1 stored in a
+    decimal(10,2)); a value that needs more digits than the precision is refused."""
     step = decimal.Decimal(1).scaleb(-data_type.scale)
 
-    def convert(v: Any) -> str:
+    def convert(v: Any) -> decimal.Decimal:
         if isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, bool):
             v = decimal.Decimal(int(v))
         if not isinstance(v, decimal.Decimal) or not v.is_finite():
@@ -127,7 +134,7 @@ def _decimal_field(data_type: T.DecimalType) -> Callable[[Any], Any]:
         if len(q.as_tuple().digits) > data_type.precision:
             raise _Fail(f"is {data_type.simpleString()}, and {v} needs more than "
                         f"{data_type.precision} digits")
-        return str(q)
+        return q
     return convert
 
 
@@ -151,9 +158,9 @@ class _Field:
         elif isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
             self.store, self.load = _timestamp_field(data_type)
         elif t is T.DateType:
-            self.store, self.load = _date_field, T.DateType().fromInternal
+            self.store = _date_field
         elif t is T.DecimalType:
-            self.store, self.load = _decimal_field(data_type), decimal.Decimal
+            self.store = _decimal_field(data_type)
         elif t is T.ArrayType:
             self._array(data_type)
         elif t is T.MapType:
@@ -277,7 +284,7 @@ class RowCodec:
     def load(self, stored: Any) -> tuple:
         """What Spark's handle returns for a stored value: a tuple of Python values."""
         if not self._loads:
-            return tuple(stored)
+            return stored  # the typed state returns a fresh tuple
         out = list(stored)
         for i, load in self._loads:
             if out[i] is not None:
