@@ -13,7 +13,7 @@ import pytest
 
 from stateengine.spark import transform_with_state, transform_with_state_in_pandas
 from tests import tws_processors as P
-from tests.tws_compare import assert_same, run_spark, run_stateengine
+from tests.tws_compare import assert_same, run_spark, run_stateengine, sort_rows
 
 pytestmark = pytest.mark.spark
 
@@ -70,6 +70,28 @@ def test_every_state_method_on_spark_connect(connect, every_state_method_in_spar
     driver path)."""
     batches = every_state_method_in_spark
     assert_same(batches, _replay_every_state_method(connect, batches, str(tmp_path / "state")))
+
+
+def test_every_state_method_inside_the_streaming_query(spark, every_state_method_in_spark,
+                                                        tmp_path):
+    """The stateful step inside the query: a streaming DataFrame in, a streaming DataFrame
+    out, each micro-batch taking Spark's batch id; the initial state is staged before the
+    query starts and read by the tasks of its first batch."""
+    batches = every_state_method_in_spark
+    source = os.path.dirname(batches[0].files[0])
+    stream = spark.readStream.schema(STATES_SCHEMA).option("maxFilesPerTrigger", 1) \
+        .parquet(source)
+    out = transform_with_state_in_pandas(stream, P.EveryStateMethod(), ["user", "region"],
+                                         P.SUMMARY_SCHEMA, str(tmp_path / "state"),
+                                         initial_state=_initial_states(spark), num_partitions=3)
+    assert out.isStreaming
+    got: dict[int, list[tuple]] = {}
+    query = (out.writeStream.foreachBatch(lambda df, b: got.__setitem__(b, sort_rows(df.collect())))
+             .option("checkpointLocation", str(tmp_path / "query"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(240)
+    assert query.exception() is None
+    assert_same(batches, got)
 
 
 def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, tmp_path):
