@@ -12,6 +12,8 @@ for each user the batch touched, written to Parquet per batch.
   (one Parquet file per micro-batch), default state store provider.
 * ``spark.transformWithStateInPandas``: Spark's StatefulProcessor API with a ValueState on the
   RocksDB state store provider, same source.
+* ``spark.processor``: the same StatefulProcessor class, unchanged, run by stateengine's
+  ``transform_with_state_in_pandas``, driven batch by batch like ``spark.grouped``.
 
 All run on ``local[2]`` with 2 shuffle / state partitions, bound to 127.0.0.1. Each reports
 input rows per second over the whole job (first batch read to last batch written). Every
@@ -34,7 +36,8 @@ from harness import Bench, Result, timed_case
 
 OUTPUT_SCHEMA = "user long, count long, total double"
 PARTITIONS = 2
-VARIANTS = ["grouped", "vectorized", "applyInPandasWithState", "transformWithStateInPandas"]
+VARIANTS = ["grouped", "vectorized", "applyInPandasWithState", "transformWithStateInPandas",
+            "processor"]
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
@@ -164,7 +167,10 @@ def run_apply_in_pandas_with_state(spark: Any, paths: list[str], stream_dir: str
     _run_query(out, work)
 
 
-def run_transform_with_state(spark: Any, paths: list[str], stream_dir: str, work: str) -> None:
+def running_totals() -> Any:
+    """The StatefulProcessor both transformWithState variants run: a ValueState (count, total)
+    per user. Defined in a function so that Spark pickles the class by value (the workers do
+    not import this bench module)."""
     from pyspark.sql.streaming import StatefulProcessor
 
     class RunningTotals(StatefulProcessor):
@@ -182,22 +188,41 @@ def run_transform_with_state(spark: Any, paths: list[str], stream_dir: str, work
         def close(self) -> None:
             pass
 
+    return RunningTotals()
+
+
+def run_transform_with_state(spark: Any, paths: list[str], stream_dir: str, work: str) -> None:
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     out = _stream(spark, stream_dir).groupBy("user").transformWithStateInPandas(
-        RunningTotals(), OUTPUT_SCHEMA, "Update", "None")
+        running_totals(), OUTPUT_SCHEMA, "Update", "None")
     _run_query(out, work)
+
+
+def run_processor(spark: Any, paths: list[str], stream_dir: str, work: str) -> None:
+    from stateengine.spark import mark_batch_committed, transform_with_state_in_pandas
+
+    checkpoint = os.path.join(work, "state")
+    processor = running_totals()
+    for i, path in enumerate(paths):
+        out = transform_with_state_in_pandas(
+            spark.read.parquet(path), processor, "user", OUTPUT_SCHEMA, checkpoint, batch_id=i,
+            num_partitions=PARTITIONS, local_dir=os.path.join(work, "local"))
+        out.write.mode("overwrite").parquet(os.path.join(work, "out", f"batch={i}"))
+        mark_batch_committed(checkpoint, i, PARTITIONS)
 
 
 RUNNERS: dict[str, Callable[..., None]] = {
     "grouped": run_grouped, "vectorized": run_vectorized,
     "applyInPandasWithState": run_apply_in_pandas_with_state,
     "transformWithStateInPandas": run_transform_with_state,
+    "processor": run_processor,
 }
 LABELS = {
     "grouped": "stateengine apply_with_state (per key)",
     "vectorized": "stateengine map_with_state (batch ops)",
     "applyInPandasWithState": "Spark applyInPandasWithState (GroupState, HDFS-backed store)",
     "transformWithStateInPandas": "Spark transformWithStateInPandas (ValueState, RocksDB store)",
+    "processor": "stateengine transform_with_state_in_pandas (the same StatefulProcessor)",
 }
 
 

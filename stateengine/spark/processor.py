@@ -596,11 +596,19 @@ def _table_groups(table: Any, cols: list[str]) -> Iterator[tuple[Any, pd.DataFra
 # ---- output ----------------------------------------------------------------------------------
 
 class _FrameSink:
-    """Collects the DataFrames handlers yield and hands them to Spark in large frames."""
+    """Collects the DataFrames handlers yield and hands them to Spark in large frames.
+
+    Handlers typically yield one small frame per key. ``pd.concat`` over thousands of them
+    costs more than the handlers themselves, so a run of frames with the same columns is kept
+    as their column arrays and joined per column with numpy; frames of another shape or with
+    pandas extension arrays (nullable ints, Arrow strings) go through ``pd.concat``. Rows keep
+    the order the handlers yielded them in."""
 
     def __init__(self, schema: T.StructType) -> None:
-        self.names = schema.names
-        self.frames: list[pd.DataFrame] = []
+        self.names = list(schema.names)
+        self.parts: list[pd.DataFrame] = []
+        self.columns: tuple | None = None  # the column labels of the frames in `arrays`
+        self.arrays: list[list[np.ndarray]] = []  # one list of column arrays per frame
         self.count = 0
 
     def add(self, result: Any) -> Iterator[pd.DataFrame]:
@@ -611,20 +619,53 @@ class _FrameSink:
                 raise TypeError(f"handlers of transform_with_state_in_pandas yield pandas "
                                 f"DataFrames (as Spark's transformWithStateInPandas), got "
                                 f"{type(frame).__name__}")
-            if len(frame):
-                self.frames.append(frame)
-                self.count += len(frame)
+            n = len(frame)
+            if not n:
+                continue
+            self.count += n
+            arrays = _column_arrays(frame)
+            labels = tuple(frame.columns) if arrays is not None else None
+            if labels is None or labels != self.columns:
+                self._close_run()
+                if labels is None or len(set(labels)) != len(labels):
+                    self.parts.append(frame)
+                    continue
+                self.columns = labels
+            self.arrays.append(arrays)
         if self.count >= _FLUSH_ROWS:
             yield from self.flush()
 
+    def _close_run(self) -> None:
+        if self.arrays:
+            self.parts.append(pd.DataFrame(
+                {label: np.concatenate(arrays) for label, arrays in
+                 zip(self.columns, zip(*self.arrays))}, copy=False))
+        self.columns, self.arrays = None, []
+
     def flush(self) -> Iterator[pd.DataFrame]:
-        frames, self.frames, self.count = self.frames, [], 0
-        if not frames:
+        self._close_run()
+        parts, self.parts, self.count = self.parts, [], 0
+        if not parts:
             return
-        for i, f in enumerate(frames):  # columns not named by strings match by position
+        for i, f in enumerate(parts):  # columns not named by strings match by position
             if not all(isinstance(c, str) for c in f.columns):
-                frames[i] = f.set_axis(self.names[:len(f.columns)], axis=1)
-        yield frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+                parts[i] = f.set_axis(self.names[:len(f.columns)], axis=1)
+        yield parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+
+
+def _column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
+    """The frame's columns as numpy arrays, or None where that is not cheap and exact (pandas
+    keeps them in its block manager; ``column_arrays`` reads them without building Series)."""
+    try:
+        arrays = frame._mgr.column_arrays
+    except AttributeError:  # another pandas layout: the frame goes through pd.concat
+        return None
+    for a in arrays:
+        if type(a) is not np.ndarray or a.ndim != 1:
+            return None
+    if len(arrays) != len(frame.columns):
+        return None
+    return arrays
 
 
 class _RowSink:
