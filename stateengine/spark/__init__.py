@@ -4,13 +4,15 @@ Spark Connect)."""
 
 from .apply import apply_with_state, map_with_state
 from .context import BatchContext, GroupContext
-from .processor import transform_with_state, transform_with_state_in_pandas
+from .processor import state_descriptors, transform_with_state, \
+    transform_with_state_in_pandas
 from .routing import route, with_routing_columns
 from .runtime import drop_cached
 from .state_io import bootstrap_state, read_state
 
 __all__ = ["BatchContext", "GroupContext", "apply_with_state", "bootstrap_state", "drop_cached",
-           "map_with_state", "mark_batch_committed", "read_state", "route", "transform_with_state",
+           "map_with_state", "mark_batch_committed", "read_state", "route", "state_descriptors",
+           "transform_with_state",
            "transform_with_state_in_pandas", "with_routing_columns"]
 
 

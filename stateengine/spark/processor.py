@@ -151,6 +151,17 @@ def _plan(processor: Any, spark: Any, time_mode: str) -> _Plan:
     return plan
 
 
+def state_descriptors(processor: Any, spark: Any, time_mode: str = "None") -> dict[str, Any]:
+    """The stateengine descriptors of the states the processor's ``init()`` declares, as
+    ``transform_with_state`` registers them: for ``read_state`` (the schema's fields as
+    columns) and ``bootstrap_state`` (moving a Spark query's state over)."""
+    from .processor_handle import time_mode_name
+
+    _check_processor(processor)
+    plan = _plan(processor, spark, time_mode_name(time_mode))
+    return {name: decl.descriptor() for name, decl in plan.decls.items()}
+
+
 def _check_processor(processor: Any) -> None:
     try:
         from pyspark.sql.streaming import StatefulProcessor
