@@ -1,0 +1,161 @@
+"""What State TTL costs states that do not use it: the same non-TTL cases timed against two
+builds of stateengine, in alternating child processes.
+
+    python bench/ttl_overhead.py --roots /path/to/build-before /path/to/build-after
+
+Each root is a directory holding a built ``stateengine`` package (e.g. a copy of the tree at
+the commit before TTL, built in place, and this worktree). Every round runs one child per
+root, in turn, so drifting machine load hits both alike; a child sets up value, list and map
+states over ``--keys`` keys (flushed and compacted, as bench/cases_state.py does), then times
+scalar ``set_current_key`` + one call, and the batch calls over distinct keys. The report is
+the median rate per case and root and the ratio after/before (1.00 = no cost). Use it for
+changes that touch the point and batch paths of every state; bench/cases_ttl.py compares TTL
+states with non-TTL states of one build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = ["valueGet.scalar", "valueUpdate.scalar", "mapGet.scalar", "mapPut.scalar",
+         "listGet.scalar", "listAppend.scalar", "valueGet.batch", "valueUpdate.batch",
+         "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch"]
+
+
+def child(keys: int, ops: int, rows: int, calls: int) -> dict[str, float]:
+    """Runs in the child: rates (ops/s) of every case on this process's stateengine."""
+    import numpy as np
+
+    from stateengine import (KeyedStateBackend, ListStateDescriptor, MapStateDescriptor,
+                             ValueStateDescriptor)
+
+    rng = np.random.default_rng(7)
+    path = tempfile.mkdtemp(prefix="ttl-overhead-")
+    b = KeyedStateBackend(os.path.join(path, "b"))
+    value = b.get_state(ValueStateDescriptor("value", value_type=int))
+    lst = b.get_state(ListStateDescriptor("list", value_type=int))
+    mp = b.get_state(MapStateDescriptor("map", user_key_type=int, value_type=float))
+    all_keys = np.arange(keys, dtype=np.int64)
+    for a in range(0, keys, 100_000):
+        k = all_keys[a:a + 100_000]
+        value.put_many(k, k)
+        lst.add_many(k, k)
+        mp.put_many(k, k % 10, k.astype(np.float64))
+    b._native_flush()
+    b._native_compact()
+    scalar = rng.integers(0, keys, ops).tolist()
+    batches = [rng.choice(keys, rows, replace=False).astype(np.int64) for _ in range(calls)]
+    set_key = b.set_current_key
+
+    def value_get() -> None:
+        get = value.value
+        for k in scalar:
+            set_key(k)
+            get()
+
+    def value_update() -> None:
+        put = value.update
+        for k in scalar:
+            set_key(k)
+            put(k)
+
+    def map_get() -> None:
+        get = mp.get
+        for k in scalar:
+            set_key(k)
+            get(k % 10)
+
+    def map_put() -> None:
+        put = mp.put
+        for k in scalar:
+            set_key(k)
+            put(k % 10, 1.5)
+
+    def list_get() -> None:
+        get = lst.get
+        for k in scalar:
+            set_key(k)
+            get()
+
+    def list_append() -> None:
+        add = lst.add
+        for k in scalar:
+            set_key(k)
+            add(k)
+
+    def batched(fn):
+        def run() -> None:
+            for k in batches:
+                fn(k)
+        return run
+
+    runs = {
+        "valueGet.scalar": (value_get, ops), "valueUpdate.scalar": (value_update, ops),
+        "mapGet.scalar": (map_get, ops), "mapPut.scalar": (map_put, ops),
+        "listGet.scalar": (list_get, ops),
+        "valueGet.batch": (batched(value.get_many), rows * calls),
+        "valueUpdate.batch": (batched(lambda k: value.put_many(k, k)), rows * calls),
+        "mapGet.batch": (batched(lambda k: mp.get_many(k, k % 10)), rows * calls),
+        "mapPut.batch": (batched(lambda k: mp.put_many(k, k % 10, k * 0.5)), rows * calls),
+        "listGet.batch": (batched(lst.get_many), rows * calls),
+        # appends last: they grow the lists the reads above measure
+        "listAppend.scalar": (list_append, ops),
+        "listAppend.batch": (batched(lambda k: lst.add_many(k, k)), rows * calls),
+    }
+    out = {}
+    for name, (fn, n) in runs.items():
+        fn()  # warm-up
+        t0 = time.perf_counter()
+        fn()
+        out[name] = n / (time.perf_counter() - t0)
+    b.close()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--roots", nargs=2, metavar=("BEFORE", "AFTER"))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--keys", type=int, default=200_000)
+    p.add_argument("--ops", type=int, default=100_000)
+    p.add_argument("--rows", type=int, default=10_000)
+    p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.keys, args.ops, args.rows, args.calls)))
+        return 0
+    if not args.roots:
+        p.error("--roots BEFORE AFTER is required")
+    samples: list[dict[str, list[float]]] = [{c: [] for c in CASES} for _ in args.roots]
+    for rnd in range(args.rounds):
+        for i, root in enumerate(args.roots):
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
+            proc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--child", "--keys", str(args.keys),
+                 "--ops", str(args.ops), "--rows", str(args.rows), "--calls", str(args.calls)],
+                env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stderr)
+                return 1
+            for case, rate in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+                samples[i][case].append(rate)
+        print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print(f"{'case':<22}{'before ops/s':>14}{'after ops/s':>14}{'after/before':>14}")
+    for case in CASES:
+        b = statistics.median(samples[0][case])
+        a = statistics.median(samples[1][case])
+        print(f"{case:<22}{b:>14,.0f}{a:>14,.0f}{a / b:>14.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
