@@ -18,7 +18,8 @@ from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapSt
 from .errors import (BackendClosedError, CheckpointNotFoundError, CorruptionError,
                      IllegalStoreStateError, IncompatibleStateError, KeyGroupOutOfRangeError,
                      KeyTypeError, NoCurrentKeyError, NullElementError, PickleNotAllowedError,
-                     SerializationError, StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
+                     SerializationError, StateEngineError, StateRegistrationError, StorageError,
+                     TtlTimeNotSetError, UnknownStateError)
 from .functions import AggregateFunction
 from .checkpoint.storage import CheckpointStorage
 from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
@@ -28,6 +29,7 @@ from .state import (AggregatingState, ListState, MapState, ReducingState, Sorted
                     ValueState)
 from .store import StateStore, StateStoreProvider, StoreState
 from .timers import Timer, TimerService
+from .ttl import StateTtlConfig, StateVisibility, UpdateType
 
 __version__ = "0.1.0"
 
@@ -41,7 +43,8 @@ __all__ = [
     "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
     "ReducingStateDescriptor", "SerializationError", "SortedMapState",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
-    "StateRegistrationError", "StorageError", "UnknownStateError", "ValueState",
+    "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
+    "TtlTimeNotSetError", "UnknownStateError", "UpdateType", "ValueState",
     "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
     "configure_memory", "key_group_prefix_bytes", "memory_usage", "operator_for_key_group",
     "reducers", "spark_hash",
