@@ -11,6 +11,13 @@ scalar ``set_current_key`` + one call, and the batch calls over distinct keys. T
 the median rate per case and root and the ratio after/before (1.00 = no cost). Use it for
 changes that touch the point and batch paths of every state; bench/cases_ttl.py compares TTL
 states with non-TTL states of one build.
+
+Rates on a loaded machine drift by tens of percent between runs; instruction counts do not.
+``--callgrind`` runs every case once per root under valgrind's callgrind (a few thousand calls
+after the same setup) and reports instructions per operation, counted inside the Cython entry
+point of each call (``__pyx_pw_*``: the binding, the C++ and RocksDB under it, not the loop)::
+
+    python bench/ttl_overhead.py --roots BEFORE AFTER --callgrind
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ CASES = ["valueGet.scalar", "valueUpdate.scalar", "mapGet.scalar", "mapPut.scala
          "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch"]
 
 
-def child(keys: int, ops: int, rows: int, calls: int) -> dict[str, float]:
-    """Runs in the child: rates (ops/s) of every case on this process's stateengine."""
+def child(keys: int, ops: int, rows: int, calls: int, once: bool = False) -> dict[str, float]:
+    """Runs in the child: rates (ops/s) of every case on this process's stateengine (with
+    ``once``, each case runs a single time, without warm-up, for callgrind)."""
     import numpy as np
 
     from stateengine import (KeyedStateBackend, ListStateDescriptor, MapStateDescriptor,
@@ -111,12 +119,49 @@ def child(keys: int, ops: int, rows: int, calls: int) -> dict[str, float]:
     }
     out = {}
     for name, (fn, n) in runs.items():
-        fn()  # warm-up
+        if not once:
+            fn()  # warm-up
         t0 = time.perf_counter()
         fn()
         out[name] = n / (time.perf_counter() - t0)
     b.close()
     return out
+
+
+# The Cython entry point each case calls (per-op instructions: its inclusive cost / ops).
+ENTRY_POINTS = {
+    "valueGet.scalar": "NativeValueState_3value", "valueUpdate.scalar": "NativeValueState_5update",
+    "mapGet.scalar": "NativeMapState_3get", "mapPut.scalar": "NativeMapState_5put",
+    "listGet.scalar": "NativeListState_1get", "listAppend.scalar": "NativeListState_3add",
+    "valueGet.batch": "_value_get_many", "valueUpdate.batch": "_value_put_many",
+    "mapGet.batch": "_map_get_many", "mapPut.batch": "_map_put_many",
+    "listGet.batch": "_list_get_many", "listAppend.batch": "_list_add_many",
+}
+
+
+def callgrind(root: str, keys: int, ops: int, rows: int, calls: int) -> dict[str, float]:
+    """Instructions per operation of every case under one root (one valgrind run)."""
+    import re
+
+    out = tempfile.mktemp(prefix="ttl-overhead-", suffix=".callgrind")
+    # C++ symbols: callgrind matches the demangled name, arguments included.
+    toggles = [f"--toggle-collect=__pyx_pw_*{e}(*" for e in ENTRY_POINTS.values()]
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
+    cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}",
+           *toggles, sys.executable, os.path.abspath(__file__), "--child", "--once",
+           "--keys", str(keys), "--ops", str(ops), "--rows", str(rows), "--calls", str(calls)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-3000:])
+    annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out], capture_output=True,
+                               text=True).stdout
+    os.remove(out)
+    result = {}
+    for case, entry in ENTRY_POINTS.items():
+        m = re.search(r"^\s*([\d,]+) .*__pyx_pw_\w*" + re.escape(entry) + r"\(", annotated, re.M)
+        n = ops if case.endswith("scalar") else rows * calls
+        result[case] = int(m.group(1).replace(",", "")) / n if m else float("nan")
+    return result
 
 
 def main(argv: list[str]) -> int:
@@ -128,13 +173,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ops", type=int, default=100_000)
     p.add_argument("--rows", type=int, default=10_000)
     p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--callgrind", action="store_true",
+                   help="instructions per operation under callgrind instead of rates")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.keys, args.ops, args.rows, args.calls)))
+        print(json.dumps(child(args.keys, args.ops, args.rows, args.calls, args.once)))
         return 0
     if not args.roots:
         p.error("--roots BEFORE AFTER is required")
+    if args.callgrind:
+        keys = min(args.keys, 20_000)
+        ops, rows, calls = min(args.ops, 2_000), min(args.rows, 1_000), min(args.calls, 4)
+        counts = [callgrind(r, keys, ops, rows, calls) for r in args.roots]
+        print(f"{'case':<22}{'before Ir/op':>14}{'after Ir/op':>14}{'after/before':>14}")
+        for case in CASES:
+            b, a = counts[0][case], counts[1][case]
+            print(f"{case:<22}{b:>14,.0f}{a:>14,.0f}{a / b:>14.4f}")
+        return 0
     samples: list[dict[str, list[float]]] = [{c: [] for c in CASES} for _ in args.roots]
     for rnd in range(args.rounds):
         for i, root in enumerate(args.roots):

@@ -202,9 +202,11 @@ class KeyedStateBackend(_native.NativeBackend):
         """The column family for a restored state's meta, created if new; a conflicting meta
         under the same name is an IncompatibleStateError naming the source."""
         name = meta["name"]
-        have = self._cf_metas.get(name)
-        if have is not None:
-            conflict = describe_meta_conflict(name, have, meta)
+        registered = self._cf_metas.get(name)
+        if registered is not None:
+            # The restored meta is what was written; what is registered (a full restore
+            # registers the descriptors first) is what is asked for.
+            conflict = describe_meta_conflict(name, meta, registered)
             if conflict:
                 raise IncompatibleStateError(f"{source}: {conflict}")
             return self._cf_index[name]

@@ -116,6 +116,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
                        "namespace": _native.decode_for_codec(meta["namespace_codec"], ns, gate)}
                 if has_uk:
                     row["user_key"] = _native.decode_for_codec(meta["user_key_codec"], uk, gate)
+                if meta.get("ttl"):  # State TTL: show the last access time(s) on their own
+                    raw_value, row["last_access_ms"] = _native.split_ttl_value(
+                        meta["kind"], meta["value_codec"], raw_value)
                 row["value"] = _native.decode_stored_value(meta["kind"], meta["value_codec"],
                                                            raw_value, gate)
                 print(json.dumps(_json(row)))

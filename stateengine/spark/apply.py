@@ -28,7 +28,7 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, check_partition, \
     default_num_partitions, key_codecs_for, key_columns, route
-from .runtime import TaskConfig, TaskState, guarded
+from .runtime import TaskConfig, TaskState, guarded, ttl_clock
 
 _FLUSH_ROWS = 16_384
 
@@ -148,7 +148,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
                      memory_budget_mb: int | None = None,
                      bottommost_bloom_filters: bool = False,
-                     allow_pickle: bool = False) -> DataFrame:
+                     allow_pickle: bool = False,
+                     batch_timestamp_ms: int | None = None) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
@@ -162,13 +163,18 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
     ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
     they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
+    ``batch_timestamp_ms`` is the clock of states with TTL (``ttl=StateTtlConfig(...)``):
+    entries expire ``ttl`` after their last write as of this batch's timestamp, which a
+    replayed batch must repeat; without it ``processing_time`` is used.
     """
     out = _schema(df, schema)
+    clock = ttl_clock(states, batch_timestamp_ms, processing_time)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, watermark=watermark, processing_time=processing_time,
                   min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                   memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle)
+                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
+                  ttl_time_ms=clock)
     routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
     routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
 
@@ -208,15 +214,19 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    local_dir: str | None = None,
                    memory_budget_mb: int | None = None,
                    bottommost_bloom_filters: bool = False,
-                   allow_pickle: bool = False) -> DataFrame:
+                   allow_pickle: bool = False,
+                   batch_timestamp_ms: int | None = None) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
-    Versions, routing, rescaling and ``allow_pickle`` behave as in ``apply_with_state``."""
+    Versions, routing, rescaling, ``allow_pickle`` and ``batch_timestamp_ms`` (the TTL clock)
+    behave as in ``apply_with_state``."""
     out = _schema(df, schema)
+    clock = ttl_clock(states, batch_timestamp_ms)
     cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
                   operator_id, out, min_versions_to_retain=min_versions_to_retain,
                   local_dir=local_dir, memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle)
+                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
+                  ttl_time_ms=clock)
     routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
 
     def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

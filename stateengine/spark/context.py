@@ -17,6 +17,8 @@ class _BaseContext:
         self.num_partitions: int = cfg.num_partitions
         self.watermark: int | None = cfg.watermark
         self.processing_time: int | None = cfg.processing_time
+        # The TTL clock of this batch (batch_timestamp_ms, else processing_time), or None.
+        self.batch_timestamp_ms: int | None = cfg.ttl_time_ms
         # Whether this task continued the backend its worker kept open (no restore needed).
         self.reused_backend: bool = bool(task.provider.last_load.get("reused", False))
 

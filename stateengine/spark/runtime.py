@@ -45,6 +45,9 @@ class TaskConfig:
     bottommost_bloom_filters: bool = False
     output_cols: list[str] = field(default_factory=list)
     allow_pickle: bool = False
+    # The TTL clock of the batch (stateengine/ttl.py): the batch timestamp, so that a replayed
+    # batch sees the same expiry. None: no state of the job has a TTL.
+    ttl_time_ms: int | None = None
 
     @property
     def key_type(self) -> Any:
@@ -55,12 +58,33 @@ class TaskConfig:
         return len(self.key_codecs) > 1
 
 
+def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: int | None,
+              processing_time: int | None = None) -> int | None:
+    """The TTL time of a batch: ``batch_timestamp_ms``, else ``processing_time``. States with
+    TTL need one (never the wall clock: a replayed batch must see the same expiry)."""
+    for name, t in (("batch_timestamp_ms", batch_timestamp_ms),
+                    ("processing_time", processing_time)):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int)):
+            raise ValueError(f"{name} must be an int of milliseconds, got {t!r}")
+    clock = batch_timestamp_ms if batch_timestamp_ms is not None else processing_time
+    with_ttl = [d.name for d in states if getattr(d, "ttl", None) is not None]
+    if with_ttl and clock is None:
+        raise ValueError(
+            f"states {with_ttl} have a TTL, which expires entries against the batch's time; "
+            f"pass batch_timestamp_ms=<the micro-batch's timestamp in ms> (the same value when "
+            f"a batch is replayed, as Spark's batchTimestampMs is)")
+    return clock
+
+
 def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     """The cached provider of this partition in this worker process (created on first use)."""
     from ..serializers import Codec
 
+    # TTL settings are configuration fixed per backend: a job that changes them gets a backend
+    # restored afresh rather than one configured for the old ones.
+    ttls = tuple((d.name, d.ttl) for d in cfg.descriptors if getattr(d, "ttl", None) is not None)
     ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
-             cfg.max_parallelism, cfg.allow_pickle)
+             cfg.max_parallelism, cfg.allow_pickle, ttls)
     with _cache_lock:
         provider = _cache.get(ident)
         if provider is not None:
@@ -117,6 +141,8 @@ class TaskState:
             drop_cached(cfg.checkpoint)  # a failed restore leaves nothing half-open behind
             raise
         self.backend = self.store.backend
+        if cfg.ttl_time_ms is not None:
+            self.backend.set_ttl_time(cfg.ttl_time_ms)
         self.handles = {d.name: self.backend.get_state(d) for d in cfg.descriptors}
 
     def commit(self) -> int:

@@ -33,7 +33,7 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec, to_json
 from .routing import check_no_null_keys, check_partition, default_num_partitions, \
     key_codecs_for, key_columns, route
-from .runtime import TaskConfig, guarded
+from .runtime import TaskConfig, guarded, ttl_clock
 
 _SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
                 Codec.FLOAT: "float", Codec.STRING: "string", Codec.BINARY: "binary",
@@ -117,6 +117,9 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                 for raw_key, raw_value in chunk:
                     _, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
                     ns_value = _native.decode_for_codec(meta["namespace_codec"], ns, gate)
+                    if meta.get("ttl"):  # drop the last-access stamps (csrc/ttl.h)
+                        raw_value, _ = _native.split_ttl_value(kind, meta["value_codec"],
+                                                               raw_value)
                     value = _native.decode_stored_value(kind, meta["value_codec"], raw_value, gate)
                     if v_json:
                         value = [_json(e) for e in value] if kind == "list" else _json(value)
@@ -150,16 +153,18 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                     user_key: str | None = None, namespace: str | None = None,
                     version: int = 0, num_partitions: int | None = None,
                     max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                    allow_pickle: bool = False) -> int:
+                    allow_pickle: bool = False, batch_timestamp_ms: int | None = None) -> int:
     """Writes one state from a DataFrame and commits it; returns the new version.
 
     Each row sets the state of its key: value states take the ``value`` column (the last row
     of a key wins), list states append it, map states put ``user_key`` -> ``value``, reducing and
     aggregating states add it. The state at ``version`` is loaded first (0: empty), so several
-    states can be bootstrapped one after another, each call adding a version.
+    states can be bootstrapped one after another, each call adding a version. A descriptor
+    with TTL needs ``batch_timestamp_ms``, the time its entries are written at.
     """
     if not allow_pickle:
         check_no_pickle(descriptor)
+    clock = ttl_clock([descriptor], batch_timestamp_ms)
     cols = key_columns(key)
     extra = [c for c in (value, user_key, namespace) if c]
     n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
@@ -167,7 +172,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                      num_partitions=n, max_parallelism=max_parallelism, key_cols=cols,
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
                      batch_id=version, output_cols=["partition", "rows"],
-                     allow_pickle=allow_pickle)
+                     allow_pickle=allow_pickle, ttl_time_ms=clock)
     kind = descriptor.kind
     if kind in (StateKind.MAP, StateKind.SORTED_MAP) and not user_key:
         raise ValueError(f"bootstrapping map state '{descriptor.name}' needs user_key=<column>")
