@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, overload
 
 from typing import Sequence
 
@@ -27,7 +27,9 @@ from .checkpoint.handles import FullSnapshotHandle, IncrementalHandle
 from .checkpoint.incremental import IncrementalCheckpointer
 from .checkpoint.restore import restore_backend
 from .checkpoint.storage import CheckpointStorage, as_storage
-from .descriptors import StateDescriptor, StateKind, check_no_pickle, validate_state_name
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          StateKind, ValueStateDescriptor, check_no_pickle, validate_state_name)
 from .functions import merge_operator_of
 from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
                      UnknownStateError)
@@ -233,6 +235,23 @@ class KeyedStateBackend(_native.NativeBackend):
                 f"({names(self.key_codecs)})")
 
     # ---- registration -----------------------------------------------------------------------
+
+    # One overload per descriptor kind, so that editors and type checkers know the handle's
+    # methods (SortedMap before Map: it is a subclass).
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: SortedMapStateDescriptor) -> SortedMapState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    @overload
+    def get_state(self, descriptor: StateDescriptor) -> Any: ...
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The handle of the state ``descriptor`` describes, registering it on first use."""

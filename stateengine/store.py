@@ -19,14 +19,20 @@ import tempfile
 import time
 import uuid
 from enum import Enum
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, overload
 
 from .backend import KeyedStateBackend
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
-from .descriptors import StateDescriptor, check_no_pickle
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          ValueStateDescriptor, check_no_pickle)
 from .errors import IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+
+if TYPE_CHECKING:
+    from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
+                        ValueState)
 
 
 class StoreState(str, Enum):
@@ -161,7 +167,23 @@ class StateStore:
     def backend(self) -> KeyedStateBackend:
         return self._backend
 
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: SortedMapStateDescriptor) -> SortedMapState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    @overload
+    def get_state(self, descriptor: StateDescriptor) -> Any: ...
+
     def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle of the state ``descriptor`` describes (see KeyedStateBackend.get_state)."""
         return self._backend.get_state(descriptor)
 
     @property

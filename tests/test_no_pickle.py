@@ -26,6 +26,7 @@ from stateengine import (AggregatingStateDescriptor, KeyedStateBackend, ListStat
                          ReducingStateDescriptor, SortedMapStateDescriptor, StateRegistrationError,
                          StateStoreProvider, ValueStateDescriptor, _native, reducers)
 from stateengine.checkpoint.handles import FileRef, handle_from_dict
+from stateengine.checkpoint.meta import SnapshotMeta
 from stateengine.cli import main as cli
 from tests.user_functions import Average
 
@@ -165,17 +166,21 @@ def planted(tmp_path_factory):
 
 
 def as_format_1(handle):
-    """A copy of a full snapshot whose meta block says format 1 (the layout is the same)."""
+    """A copy of a full snapshot whose meta block is rewritten in format 1 (the sections are
+    the same; their offsets move by the change of the meta block's length)."""
     src = os.path.join(handle.root, handle.file.path)
     with open(src, "rb") as f:
-        data = bytearray(f.read())
-    assert data[4:6] == b"\x00\x02"
-    data[4:6] = b"\x00\x01"
+        data = f.read()
+    meta, old_len = SnapshotMeta.decode(data[:handle.meta_length])
+    head = meta.encode(version=1)
+    data = head + data[old_len:]
     rel = handle.file.path + "-format1"
     with open(os.path.join(handle.root, rel), "wb") as f:
         f.write(data)
     d = handle.to_dict()
-    d["file"] = FileRef(rel, len(data), _native.crc32c(bytes(data))).__dict__
+    d["file"] = FileRef(rel, len(data), _native.crc32c(data)).__dict__
+    d["meta_length"] = len(head)
+    d["offsets"] = {str(kg): off - old_len + len(head) for kg, off in handle.offsets.items()}
     return handle_from_dict(d)
 
 

@@ -53,7 +53,11 @@ class SnapshotMeta:
     states: list[dict[str, Any]] = field(default_factory=list)  # in state id order
     format_version: int = FORMAT_VERSION  # of the snapshot read; encode() always writes the newest
 
-    def encode(self) -> bytes:
+    def encode(self, version: int = FORMAT_VERSION) -> bytes:
+        """The meta block in ``version`` (the newest unless a test or tool asks for an older
+        layout; formats before 3 cannot carry attributes)."""
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"unknown snapshot format {version}")
         codecs = self.key_codecs or ()
         body = bytearray(struct.pack(">iBB", self.max_parallelism, self.key_is_tuple, len(codecs)))
         body += bytes(codecs)
@@ -65,10 +69,15 @@ class SnapshotMeta:
                                 s["namespace_codec"], s["user_key_codec"], s["merge"],
                                 s["native_op"])
             attrs = state_attributes(s)
+            if version < 3:
+                if attrs:
+                    raise ValueError(f"format {version} cannot hold the attributes of "
+                                     f"state {s['name']!r}: {sorted(attrs)}")
+                continue
             blob = json.dumps(attrs, sort_keys=True, separators=(",", ":")).encode() if attrs \
                 else b""
             body += struct.pack(">I", len(blob)) + blob
-        return HEADER.pack(MAGIC, FORMAT_VERSION, len(body)) + bytes(body)
+        return HEADER.pack(MAGIC, version, len(body)) + bytes(body)
 
     @classmethod
     def decode(cls, data: bytes, source: str = "snapshot") -> tuple["SnapshotMeta", int]:
