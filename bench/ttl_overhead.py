@@ -1,7 +1,9 @@
-"""What State TTL costs states that do not use it: the same non-TTL cases timed against two
-builds of stateengine, in alternating child processes.
+"""What State TTL costs: states without TTL on two builds (before/after), and states with TTL
+against the same states without it on one build. Every case runs in alternating child
+processes.
 
     python bench/ttl_overhead.py --roots /path/to/build-before /path/to/build-after
+    python bench/ttl_overhead.py --ttl-vs-plain /path/to/build
 
 Each root is a directory holding a built ``stateengine`` package (e.g. a copy of the tree at
 the commit before TTL, built in place, and this worktree). Every round runs one child per
@@ -9,8 +11,12 @@ root, in turn, so drifting machine load hits both alike; a child sets up value, 
 states over ``--keys`` keys (flushed and compacted, as bench/cases_state.py does), then times
 scalar ``set_current_key`` + one call, and the batch calls over distinct keys. The report is
 the median rate per case and root and the ratio after/before (1.00 = no cost). Use it for
-changes that touch the point and batch paths of every state; bench/cases_ttl.py compares TTL
-states with non-TTL states of one build.
+changes that touch the point and batch paths of every state.
+
+``--ttl-vs-plain ROOT`` runs the same cases on one build twice per round: once as above, once
+with every state declared with ``ttl=StateTtlConfig(...)`` (OnCreateAndWrite,
+NeverReturnExpired, a TTL nothing reaches, so every read finds its entry). The ratio is then
+plain/TTL rate, i.e. how many times longer a TTL call takes (the target is <= 1.3).
 
 Rates on a loaded machine drift by tens of percent between runs; instruction counts do not.
 ``--callgrind`` runs every case once per root under valgrind's callgrind (a few thousand calls
@@ -18,6 +24,7 @@ after the same setup) and reports instructions per operation, counted inside the
 point of each call (``__pyx_pw_*``: the binding, the C++ and RocksDB under it, not the loop)::
 
     python bench/ttl_overhead.py --roots BEFORE AFTER --callgrind
+    python bench/ttl_overhead.py --ttl-vs-plain ROOT --callgrind
 """
 
 from __future__ import annotations
@@ -36,20 +43,28 @@ CASES = ["valueGet.scalar", "valueUpdate.scalar", "mapGet.scalar", "mapPut.scala
          "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch"]
 
 
-def child(keys: int, ops: int, rows: int, calls: int, once: bool = False) -> dict[str, float]:
+def child(keys: int, ops: int, rows: int, calls: int, once: bool = False,
+          ttl: bool = False) -> dict[str, float]:
     """Runs in the child: rates (ops/s) of every case on this process's stateengine (with
-    ``once``, each case runs a single time, without warm-up, for callgrind)."""
+    ``once``, each case runs a single time, without warm-up, for callgrind; with ``ttl``,
+    every state has a TTL that nothing reaches)."""
     import numpy as np
 
     from stateengine import (KeyedStateBackend, ListStateDescriptor, MapStateDescriptor,
                              ValueStateDescriptor)
 
+    opts = {}
+    if ttl:
+        from stateengine import StateTtlConfig
+        opts = {"ttl": StateTtlConfig(ttl_ms=10 ** 12)}
     rng = np.random.default_rng(7)
     path = tempfile.mkdtemp(prefix="ttl-overhead-")
     b = KeyedStateBackend(os.path.join(path, "b"))
-    value = b.get_state(ValueStateDescriptor("value", value_type=int))
-    lst = b.get_state(ListStateDescriptor("list", value_type=int))
-    mp = b.get_state(MapStateDescriptor("map", user_key_type=int, value_type=float))
+    if ttl:
+        b.set_ttl_time(1_700_000_000_000)
+    value = b.get_state(ValueStateDescriptor("value", value_type=int, **opts))
+    lst = b.get_state(ListStateDescriptor("list", value_type=int, **opts))
+    mp = b.get_state(MapStateDescriptor("map", user_key_type=int, value_type=float, **opts))
     all_keys = np.arange(keys, dtype=np.int64)
     for a in range(0, keys, 100_000):
         k = all_keys[a:a + 100_000]
@@ -139,7 +154,13 @@ ENTRY_POINTS = {
 }
 
 
-def callgrind(root: str, keys: int, ops: int, rows: int, calls: int) -> dict[str, float]:
+def child_args(keys: int, ops: int, rows: int, calls: int, ttl: bool) -> list[str]:
+    return [sys.executable, os.path.abspath(__file__), "--child", "--keys", str(keys), "--ops",
+            str(ops), "--rows", str(rows), "--calls", str(calls), *(["--ttl"] if ttl else [])]
+
+
+def callgrind(root: str, ttl: bool, keys: int, ops: int, rows: int,
+              calls: int) -> dict[str, float]:
     """Instructions per operation of every case under one root (one valgrind run)."""
     import re
 
@@ -148,8 +169,7 @@ def callgrind(root: str, keys: int, ops: int, rows: int, calls: int) -> dict[str
     toggles = [f"--toggle-collect=__pyx_pw_*{e}(*" for e in ENTRY_POINTS.values()]
     env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
     cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}",
-           *toggles, sys.executable, os.path.abspath(__file__), "--child", "--once",
-           "--keys", str(keys), "--ops", str(ops), "--rows", str(rows), "--calls", str(calls)]
+           *toggles, *child_args(keys, ops, rows, calls, ttl), "--once"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
@@ -168,6 +188,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--roots", nargs=2, metavar=("BEFORE", "AFTER"))
+    p.add_argument("--ttl-vs-plain", metavar="ROOT",
+                   help="one build: states without TTL (before) against the same with TTL")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--keys", type=int, default=200_000)
     p.add_argument("--ops", type=int, default=100_000)
@@ -177,40 +199,48 @@ def main(argv: list[str]) -> int:
                    help="instructions per operation under callgrind instead of rates")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ttl", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.keys, args.ops, args.rows, args.calls, args.once)))
+        print(json.dumps(child(args.keys, args.ops, args.rows, args.calls, args.once, args.ttl)))
         return 0
-    if not args.roots:
-        p.error("--roots BEFORE AFTER is required")
+    if args.ttl_vs_plain:
+        variants = [(args.ttl_vs_plain, False), (args.ttl_vs_plain, True)]
+        labels = ("plain", "TTL", "TTL cost")
+    elif args.roots:
+        variants = [(r, False) for r in args.roots]
+        labels = ("before", "after", "after/before")
+    else:
+        p.error("--roots BEFORE AFTER or --ttl-vs-plain ROOT is required")
     if args.callgrind:
         keys = min(args.keys, 20_000)
         ops, rows, calls = min(args.ops, 2_000), min(args.rows, 1_000), min(args.calls, 4)
-        counts = [callgrind(r, keys, ops, rows, calls) for r in args.roots]
-        print(f"{'case':<22}{'before Ir/op':>14}{'after Ir/op':>14}{'after/before':>14}")
+        counts = [callgrind(r, t, keys, ops, rows, calls) for r, t in variants]
+        print(f"{'case':<22}{labels[0] + ' Ir/op':>14}{labels[1] + ' Ir/op':>14}{labels[2]:>14}")
         for case in CASES:
             b, a = counts[0][case], counts[1][case]
             print(f"{case:<22}{b:>14,.0f}{a:>14,.0f}{a / b:>14.4f}")
         return 0
-    samples: list[dict[str, list[float]]] = [{c: [] for c in CASES} for _ in args.roots]
+    samples: list[dict[str, list[float]]] = [{c: [] for c in CASES} for _ in variants]
     for rnd in range(args.rounds):
-        for i, root in enumerate(args.roots):
+        for i, (root, ttl) in enumerate(variants):
             env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
-            proc = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--child", "--keys", str(args.keys),
-                 "--ops", str(args.ops), "--rows", str(args.rows), "--calls", str(args.calls)],
-                env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+            proc = subprocess.run(child_args(args.keys, args.ops, args.rows, args.calls, ttl),
+                                  env=env, capture_output=True, text=True,
+                                  cwd=tempfile.gettempdir())
             if proc.returncode != 0:
                 sys.stderr.write(proc.stderr)
                 return 1
             for case, rate in json.loads(proc.stdout.strip().splitlines()[-1]).items():
                 samples[i][case].append(rate)
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print(f"{'case':<22}{'before ops/s':>14}{'after ops/s':>14}{'after/before':>14}")
+    print(f"{'case':<22}{labels[0] + ' ops/s':>14}{labels[1] + ' ops/s':>14}{labels[2]:>14}")
     for case in CASES:
         b = statistics.median(samples[0][case])
         a = statistics.median(samples[1][case])
-        print(f"{case:<22}{b:>14,.0f}{a:>14,.0f}{a / b:>14.3f}")
+        # before/after: the rate ratio (1.00 = no cost); plain/TTL: the time ratio (>= 1)
+        ratio = b / a if args.ttl_vs_plain else a / b
+        print(f"{case:<22}{b:>14,.0f}{a:>14,.0f}{ratio:>14.3f}")
     return 0
 
 

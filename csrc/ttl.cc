@@ -244,18 +244,10 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
     return rocksdb::Status::OK();
   }
   // A list: every element expires on its own.
-  bool any_unexpired = false, any_shown = false;
-  if (refresh) rewrite->clear();
+  bool any_unexpired = false, any_expired = false, any_shown = false;
   const bool ok = ForEachStamped(codec_, stored, [&](int64_t ts, const rocksdb::Slice& e) {
     const bool expired = TtlExpired(ts, ttl, now);
-    if (!expired) {
-      any_unexpired = true;
-      if (refresh) {
-        if (!rewrite->empty()) rewrite->push_back(kListDelimiter);
-        PutStamp(rewrite, now);
-        rewrite->append(e.data(), e.size());
-      }
-    }
+    (expired ? any_expired : any_unexpired) = true;
     if (!expired || show_expired) {
       if (any_shown) plain->push_back(kListDelimiter);
       plain->append(e.data(), e.size());
@@ -264,14 +256,21 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
   });
   if (!ok) return Malformed("list elements do not parse");
   verdict->visible = any_shown;
-  if (write_back) {
-    // As Flink's TtlListState: a list with nothing unexpired left is cleared; under
-    // OnReadAndWrite the unexpired elements are stored again with the time of the read.
-    if (!any_unexpired) {
-      verdict->write_back = TtlWriteBack::kDelete;
-    } else if (refresh) {
-      verdict->write_back = TtlWriteBack::kRewrite;
-    }
+  if (!write_back) return rocksdb::Status::OK();
+  // As Flink's TtlListState: a read drops the expired elements it met (the list is cleared
+  // when none is left) and, under OnReadAndWrite, stores the others with the time of the
+  // read. A list with nothing to change is not written (a second pass only then).
+  if (!any_unexpired) {
+    verdict->write_back = TtlWriteBack::kDelete;
+  } else if (refresh || any_expired) {
+    verdict->write_back = TtlWriteBack::kRewrite;
+    rewrite->clear();
+    ForEachStamped(codec_, stored, [&](int64_t ts, const rocksdb::Slice& e) {
+      if (TtlExpired(ts, ttl, now)) return;
+      if (!rewrite->empty()) rewrite->push_back(kListDelimiter);
+      PutStamp(rewrite, refresh ? now : ts);
+      rewrite->append(e.data(), e.size());
+    });
   }
   return rocksdb::Status::OK();
 }

@@ -149,9 +149,24 @@ def test_list_elements_expire_one_by_one(backend):
     lst.add_all(["b", "c"])
     backend.set_ttl_time(T0 + TTL)
     assert lst.get() == ["b", "c"]
+    # the read dropped the expired element and kept the others' own times (OnCreateAndWrite)
+    (_, stored), = backend._raw_scan(backend._cf_index["l"])
+    assert stored == stamp(T0 + 50) + b"\x03\x01b," + stamp(T0 + 50) + b"\x03\x01c"
     backend.set_ttl_time(T0 + 50 + TTL)
     assert lst.get() == []
     assert backend.num_state_entries("l") == 0  # nothing unexpired left: cleared
+
+
+def test_return_expired_list_elements_are_returned_until_a_read_drops_them(backend):
+    lst = backend.get_state(ListStateDescriptor("l", ttl=RETURN_EXPIRED))
+    backend.set_current_key("a")
+    backend.set_ttl_time(T0)
+    lst.add("a")
+    backend.set_ttl_time(T0 + 50)
+    lst.add("b")
+    backend.set_ttl_time(T0 + TTL)
+    assert lst.get() == ["a", "b"]  # "a" expired but was still stored
+    assert lst.get() == ["b"]       # the first read cleaned it up
 
 
 def test_map_entries_expire_one_by_one_and_iteration_cleans_up(backend):
@@ -334,16 +349,21 @@ def test_list_namespace_merge_keeps_element_timestamps(backend):
 
 # ---- snapshots, restore, rescaling -------------------------------------------------------------
 
-def _fill(b: KeyedStateBackend, n: int = 200):
+def _own(b: KeyedStateBackend, keys: np.ndarray) -> np.ndarray:
+    return np.array([k for k in keys if b.key_group_range.contains(b.key_group_of(int(k)))],
+                    dtype=np.int64)
+
+
+def _fill(b: KeyedStateBackend, keys: np.ndarray):
     descs = [ValueStateDescriptor("v", ttl=CREATE), ListStateDescriptor("l", ttl=CREATE),
              MapStateDescriptor("m", ttl=CREATE)]
     v, lst, m = (b.get_state(d) for d in descs)
-    keys = np.arange(n, dtype=np.int64)
+    keys = _own(b, keys)
     b.set_ttl_time(T0)
     v.put_many(keys, keys)
     lst.add_many(keys, keys)
     m.put_many(keys, keys % 3, keys)
-    return descs, keys
+    return descs
 
 
 def _check_visible_then_gone(backends, descs, keys):
@@ -352,7 +372,7 @@ def _check_visible_then_gone(backends, descs, keys):
         for b in backends:
             b.set_ttl_time(t)
             v, lst, m = (b.get_state(d) for d in descs)
-            own = np.array([k for k in keys if b.key_group_range.contains(b.key_group_of(int(k)))])
+            own = _own(b, keys)
             if not len(own):
                 continue
             total["v"] += int(v.get_many(own)[1].sum())
@@ -363,15 +383,22 @@ def _check_visible_then_gone(backends, descs, keys):
 
 
 @pytest.mark.parametrize("kind", ["full", "incremental"])
-def test_restore_and_rescale_keep_timestamps(make_backend, tmp_path, kind):
-    src = make_backend()
-    descs, keys = _fill(src)
-    target = tmp_path / "snaps"
-    handle = (src.snapshot(str(target), "sp").result() if kind == "full" else
-              src.checkpoint(1, str(target)).result())
-    restored = [KeyedStateBackend.restore(tmp_path / f"r{i}", [handle],
-                                          KeyGroupRange.for_operator(i, 2, 128),
-                                          descriptors=descs) for i in range(2)]
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 3), (2, 1)])
+def test_restore_and_rescale_keep_timestamps(make_backend, tmp_path, kind, before, after):
+    """Entries written at T0 are visible at T0 + TTL - 1 and gone at T0 + TTL after a restore
+    at another parallelism: their stamps travelled with them (clipped and copied key groups)."""
+    keys = np.arange(300, dtype=np.int64)
+    handles = []
+    for i in range(before):
+        src = make_backend(key_group_range=KeyGroupRange.for_operator(i, before, 128),
+                           key_type=int)
+        descs = _fill(src, keys)
+        target = str(tmp_path / f"snaps-{i}")
+        handles.append(src.snapshot(target, "sp").result() if kind == "full" else
+                       src.checkpoint(1, target).result())
+    restored = [KeyedStateBackend.restore(tmp_path / f"r{i}", handles,
+                                          KeyGroupRange.for_operator(i, after, 128),
+                                          descriptors=descs) for i in range(after)]
     try:
         _check_visible_then_gone(restored, descs, keys)
     finally:

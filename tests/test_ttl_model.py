@@ -66,6 +66,8 @@ class TtlModel:
             del self.lists[k]
         elif alive and self.on_read:
             self.lists[k] = [(e, now) for e, _ in alive]
+        elif len(alive) < len(elems):  # the read drops the expired elements (Flink)
+            self.lists[k] = alive
         return shown
 
     def map_get(self, k, uk, now):

@@ -73,7 +73,12 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                key_names: Sequence[str] | None = None, value_type: str | None = None,
                user_key_type: str | None = None, allow_pickle: bool = False) -> DataFrame:
     """The entries of ``state_name`` at ``version`` (default: the latest) as a DataFrame;
-    ``allow_pickle`` unpickles pickled values (only for checkpoints you trust)."""
+    ``allow_pickle`` unpickles pickled values (only for checkpoints you trust).
+
+    A state with TTL gets a ``last_access_ms`` column (for a list, one per element). The
+    reader returns what is stored, which includes entries that expired but were not cleaned up
+    yet: the duration is configuration, not stored, so keep the rows with
+    ``last_access_ms + ttl_ms > now`` to see what the job would see at ``now``."""
     storage = CheckpointStorage(checkpoint)
     v, handles = _version_handles(storage, operator_id, version, max_parallelism)
     if not handles:
@@ -97,9 +102,14 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
         uktype, uk_json = _spark_type(meta["user_key_codec"], user_key_type)
         fields.append(f"user_key {uktype}")
     fields.append(f"value array<{vtype}>" if kind == StateKind.LIST.value else f"value {vtype}")
+    has_ttl = bool(meta.get("ttl"))
+    if has_ttl:
+        fields.append("last_access_ms array<bigint>" if kind == StateKind.LIST.value else
+                      "last_access_ms bigint")
     schema = ", ".join(fields)
     has_uk = kind in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
-    columns = [*names, "namespace", *(["user_key"] if has_uk else []), "value"]
+    columns = [*names, "namespace", *(["user_key"] if has_uk else []), "value",
+               *(["last_access_ms"] if has_ttl else [])]
 
     def rows_of(handle_json: str) -> Iterator[pd.DataFrame]:
         handle = handle_from_dict(json.loads(handle_json))
@@ -117,9 +127,9 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                 for raw_key, raw_value in chunk:
                     _, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
                     ns_value = _native.decode_for_codec(meta["namespace_codec"], ns, gate)
-                    if meta.get("ttl"):  # drop the last-access stamps (csrc/ttl.h)
-                        raw_value, _ = _native.split_ttl_value(kind, meta["value_codec"],
-                                                               raw_value)
+                    if has_ttl:  # the last-access stamps go to their own column (csrc/ttl.h)
+                        raw_value, stamps = _native.split_ttl_value(kind, meta["value_codec"],
+                                                                    raw_value)
                     value = _native.decode_stored_value(kind, meta["value_codec"], raw_value, gate)
                     if v_json:
                         value = [_json(e) for e in value] if kind == "list" else _json(value)
@@ -128,6 +138,8 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
                         u = _native.decode_for_codec(meta["user_key_codec"], uk, gate)
                         row.append(_json(u) if uk_json else u)
                     row.append(value)
+                    if has_ttl:
+                        row.append(stamps)
                     out.append(tuple(row))
                 if len(out) >= 16_384 or (len(chunk) < _CHUNK and out):
                     yield pd.DataFrame.from_records(out, columns=columns)
