@@ -40,7 +40,8 @@ import time
 
 CASES = ["valueGet.scalar", "valueUpdate.scalar", "mapGet.scalar", "mapPut.scalar",
          "listGet.scalar", "listAppend.scalar", "valueGet.batch", "valueUpdate.batch",
-         "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch"]
+         "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch",
+         "reducingAdd.scalar", "reducingAdd.batch"]
 
 
 def child(keys: int, ops: int, rows: int, calls: int, once: bool = False,
@@ -51,7 +52,7 @@ def child(keys: int, ops: int, rows: int, calls: int, once: bool = False,
     import numpy as np
 
     from stateengine import (KeyedStateBackend, ListStateDescriptor, MapStateDescriptor,
-                             ValueStateDescriptor)
+                             ReducingStateDescriptor, ValueStateDescriptor, reducers)
 
     opts = {}
     if ttl:
@@ -65,12 +66,15 @@ def child(keys: int, ops: int, rows: int, calls: int, once: bool = False,
     value = b.get_state(ValueStateDescriptor("value", value_type=int, **opts))
     lst = b.get_state(ListStateDescriptor("list", value_type=int, **opts))
     mp = b.get_state(MapStateDescriptor("map", user_key_type=int, value_type=float, **opts))
+    # a native SUM: a merge without TTL, a read-fold-put in C++ with TTL (csrc/ttl.h)
+    total = b.get_state(ReducingStateDescriptor("total", reducers.SUM, value_type=int, **opts))
     all_keys = np.arange(keys, dtype=np.int64)
     for a in range(0, keys, 100_000):
         k = all_keys[a:a + 100_000]
         value.put_many(k, k)
         lst.add_many(k, k)
         mp.put_many(k, k % 10, k.astype(np.float64))
+        total.add_many(k, k)
     b._native_flush()
     b._native_compact()
     scalar = rng.integers(0, keys, ops).tolist()
@@ -113,6 +117,12 @@ def child(keys: int, ops: int, rows: int, calls: int, once: bool = False,
             set_key(k)
             add(k)
 
+    def reducing_add() -> None:
+        add = total.add
+        for k in scalar:
+            set_key(k)
+            add(1)
+
     def batched(fn):
         def run() -> None:
             for k in batches:
@@ -131,6 +141,8 @@ def child(keys: int, ops: int, rows: int, calls: int, once: bool = False,
         # appends last: they grow the lists the reads above measure
         "listAppend.scalar": (list_append, ops),
         "listAppend.batch": (batched(lambda k: lst.add_many(k, k)), rows * calls),
+        "reducingAdd.scalar": (reducing_add, ops),
+        "reducingAdd.batch": (batched(lambda k: total.add_many(k, k)), rows * calls),
     }
     out = {}
     for name, (fn, n) in runs.items():
@@ -151,6 +163,7 @@ ENTRY_POINTS = {
     "valueGet.batch": "_value_get_many", "valueUpdate.batch": "_value_put_many",
     "mapGet.batch": "_map_get_many", "mapPut.batch": "_map_put_many",
     "listGet.batch": "_list_get_many", "listAppend.batch": "_list_add_many",
+    "reducingAdd.scalar": "NativeReducingState_5add", "reducingAdd.batch": "_merging_add_many",
 }
 
 
