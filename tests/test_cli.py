@@ -66,3 +66,29 @@ def test_meta_of_a_full_snapshot(tmp_path, capsys, make_backend):
     assert main(["meta", os.path.join(str(tmp_path / "snaps"), handle.file.path)]) == 0
     meta = json.loads(capsys.readouterr().out)
     assert meta["key_columns"] == ["string"] and meta["states"][0]["name"] == "count"
+
+
+def test_dump_shows_the_last_access_of_state_with_ttl(tmp_path, capsys):
+    from stateengine import ListStateDescriptor, StateTtlConfig
+
+    ttl = StateTtlConfig(ttl_ms=60_000)
+    descs = [ValueStateDescriptor("seen", value_type=int, ttl=ttl),
+             ListStateDescriptor("visits", value_type=int, ttl=ttl)]
+    ck = str(tmp_path / "ck")
+    provider = StateStoreProvider(ck, "op", 0, 1, local_dir=str(tmp_path / "local"),
+                                  descriptors=descs)
+    store = provider.get_store(0)
+    seen, visits = store.get_state(descs[0]), store.get_state(descs[1])
+    store.backend.set_current_key(7)
+    for t in (1_000, 2_000):
+        store.backend.set_ttl_time(t)
+        seen.update(t)
+        visits.add(t)
+    store.commit()
+    provider.close()
+    assert main(["dump", ck, "--operator", "op", "--state", "seen"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["key"], r["value"], r["last_access_ms"]) for r in rows] == [(7, 2_000, 2_000)]
+    assert main(["dump", ck, "--operator", "op", "--state", "visits"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["value"], r["last_access_ms"]) for r in rows] == [([1_000, 2_000], [1_000, 2_000])]
