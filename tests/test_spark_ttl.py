@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from pyspark import TaskContext
 
-from stateengine import ListStateDescriptor, StateTtlConfig, ValueStateDescriptor
+from stateengine import (ListStateDescriptor, StateTtlConfig, TtlTimeNotSetError,
+                         ValueStateDescriptor)
 from stateengine.spark import apply_with_state, bootstrap_state, read_state
 
 pytestmark = pytest.mark.spark
@@ -57,7 +58,7 @@ def test_expiry_follows_the_batch_timestamp_through_retries_and_replays(spark, t
     state = read_state(spark, ck, "visits", operator_id="ttl").collect()
     assert {r.key: r.last_access_ms for r in state} == {
         **{u: [T0 + 1_200] for u in early}, **{u: [T0 + 600, T0 + 1_200] for u in late}}
-    with pytest.raises(ValueError, match="batch_timestamp_ms"):
+    with pytest.raises(TtlTimeNotSetError, match="batch_timestamp_ms"):
         apply_with_state(spark.createDataFrame(pd.DataFrame({"user": users})), "user", fn, OUT,
                          [SEEN, VISITS], ck, 3, num_partitions=2, operator_id="ttl")
 

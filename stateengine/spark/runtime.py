@@ -10,6 +10,7 @@ produces the same committed state.
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 from collections import OrderedDict
@@ -18,6 +19,7 @@ from typing import Any, Iterator, Sequence
 
 from .. import _native
 from ..descriptors import StateDescriptor
+from ..errors import TtlTimeNotSetError
 from ..store import StateStore, StateStoreProvider
 
 _MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
@@ -64,12 +66,13 @@ def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: int | None,
     TTL need one (never the wall clock: a replayed batch must see the same expiry)."""
     for name, t in (("batch_timestamp_ms", batch_timestamp_ms),
                     ("processing_time", processing_time)):
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int)):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Integral)):
             raise ValueError(f"{name} must be an int of milliseconds, got {t!r}")
     clock = batch_timestamp_ms if batch_timestamp_ms is not None else processing_time
+    clock = None if clock is None else int(clock)  # numpy integers too
     with_ttl = [d.name for d in states if getattr(d, "ttl", None) is not None]
     if with_ttl and clock is None:
-        raise ValueError(
+        raise TtlTimeNotSetError(
             f"states {with_ttl} have a TTL, which expires entries against the batch's time; "
             f"pass batch_timestamp_ms=<the micro-batch's timestamp in ms> (the same value when "
             f"a batch is replayed, as Spark's batchTimestampMs is)")
