@@ -1,10 +1,14 @@
 """Model-based test of State TTL: random scalar and batch reads and writes of value, list and
 map state with TTL, clock moves, full snapshot + restore and compactions, run against the engine
 and against a plain Python model of Flink's TTL rules with the same clock (stateengine/ttl.py);
-both must always agree, under every update type and visibility."""
+both must always agree, under every update type and visibility.
+
+The suite runs 40 examples; a longer campaign:
+``STATEENGINE_TTL_EXAMPLES=2000 python -m pytest tests/test_ttl_model.py``."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -262,5 +266,6 @@ class TtlStateMachine(RuleBasedStateMachine):
 
 
 TestTtlModel = TtlStateMachine.TestCase
-TestTtlModel.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
+EXAMPLES = int(os.environ.get("STATEENGINE_TTL_EXAMPLES", 40))
+TestTtlModel.settings = settings(max_examples=EXAMPLES, stateful_step_count=40, deadline=None,
                                  suppress_health_check=[HealthCheck.too_slow])
