@@ -179,9 +179,9 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
       o.merge_operator = NewListAppendOperator();
       break;
     case MergeKind::kNumeric:
-      // With TTL a native add folds in C++ and puts (TtlMerge): a merge operand could revive
-      // an accumulator the compaction filter had already dropped as expired, if the operand
-      // was written while it lived and sat in a newer file than the filtered one.
+      // With TTL a native add folds in C++ and puts (TtlMerge): the compaction filter may drop
+      // an expired accumulator from an older file while an operand added when it still lived
+      // sits in a newer file outside that compaction, and the sum would lose the accumulator.
       if (ttl == nullptr) o.merge_operator = NewNumericOperator(spec.numeric_op, spec.numeric_codec);
       break;
     case MergeKind::kNone:
