@@ -45,7 +45,7 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec, to_json
 from . import infer
 from .routing import PID_COL, check_no_null_keys, check_partition, default_num_partitions, \
-    key_codecs_for, key_columns, route
+    key_codecs_for, key_columns, partition_rows, route
 from .runtime import TaskConfig, guarded
 from .workers import check_workers
 
