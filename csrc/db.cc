@@ -192,7 +192,7 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
 }
 
 rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
-                              std::unique_ptr<StateDB>* out) {
+                              std::unique_ptr<StateDB>* out, bool create_if_missing) {
   if (cfs.size() > kMaxColumnFamilies) {
     return rocksdb::Status::InvalidArgument("more column families than a backend can hold");
   }
@@ -210,7 +210,10 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
     descs.emplace_back(spec.name, s->MakeColumnFamilyOptions(spec, ttls.back()));
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status st = rocksdb::DB::Open(MakeDBOptions(), path, descs, &handles, &s->db_);
+  rocksdb::DBOptions options = MakeDBOptions();
+  options.create_if_missing = create_if_missing;
+  options.create_missing_column_families = create_if_missing;
+  rocksdb::Status st = rocksdb::DB::Open(options, path, descs, &handles, &s->db_);
   if (!st.ok()) return st;
   // handles[0] is RocksDB's default family, which no state uses; keep it only to close it.
   s->db_->DestroyColumnFamilyHandle(handles[0]);
@@ -337,14 +340,13 @@ rocksdb::Status StateDB::MergeNoWait(int cf, const rocksdb::Slice& key,
 // ---- state with TTL ---------------------------------------------------------------------
 
 rocksdb::Status StateDB::ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read,
-                                      bool return_expired) {
+                                      bool return_expired, const std::string& row_program) {
   const std::shared_ptr<TtlState>& t = ttl(cf);
   if (t == nullptr) {
     return rocksdb::Status::InvalidArgument("state '" + spec(cf).name + "' was created without TTL");
   }
   if (ttl_ms <= 0) return rocksdb::Status::InvalidArgument("a TTL must be positive");
-  t->Configure(ttl_ms, update_on_read, return_expired);
-  return rocksdb::Status::OK();
+  return t->Configure(ttl_ms, update_on_read, return_expired, row_program);
 }
 
 rocksdb::Status StateDB::TtlGet(const CfSlot& s, const rocksdb::Slice& key,

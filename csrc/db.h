@@ -123,9 +123,10 @@ class PinRegistry {
 
 class StateDB {
  public:
-  // Opens (creating if needed) the database at path with exactly the given column families.
+  // Opens the database at path with exactly the given column families; creates what is
+  // missing only with create_if_missing (a restored directory must hold them all already).
   static rocksdb::Status Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
-                              std::unique_ptr<StateDB>* out);
+                              std::unique_ptr<StateDB>* out, bool create_if_missing = true);
   // Whether column families opened from now on build Bloom filters for their bottommost level
   // too. Off by default: most lookups of keyed state find their key, which lives in the last
   // level, so the filter probe (a cache miss per lookup) is wasted there; misses are still
@@ -176,7 +177,8 @@ class StateDB {
   rocksdb::Status Write(rocksdb::WriteBatch* batch);
   // The TTL settings of a state's registered descriptor (InvalidArgument for a family without
   // TTL), and the time every TTL check and stamp uses from now on.
-  rocksdb::Status ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read, bool return_expired);
+  rocksdb::Status ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read, bool return_expired,
+                               const std::string& row_program = std::string());
   void SetTtlTime(int64_t ms) { clock_->Set(ms); }
   int64_t ttl_time() const { return clock_->now(); }
   // The TTL of a column family; null for a family without TTL.

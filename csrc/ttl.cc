@@ -13,7 +13,7 @@ int64_t GetStamp(const char* p) { return static_cast<int64_t>(GetBE64(p)); }
 // Calls fn(ts, element) for each element of a stored TTL list ([ts][element] joined by ',');
 // false if the bytes do not parse. Elements are self-delimiting, so no delimiter is searched.
 template <typename Fn>
-bool ForEachStamped(Codec codec, const rocksdb::Slice& stored, Fn&& fn) {
+bool ForEachStamped(const TtlState& state, const rocksdb::Slice& stored, Fn&& fn) {
   const char* p = stored.data();
   const size_t n = stored.size();
   size_t pos = 0;
@@ -22,7 +22,7 @@ bool ForEachStamped(Codec codec, const rocksdb::Slice& stored, Fn&& fn) {
     const int64_t ts = GetStamp(p + pos);
     pos += kTtlStampBytes;
     size_t len = 0;
-    if (!ElementLength(codec, p + pos, n - pos, &len)) return false;
+    if (!state.ElementLength(p + pos, n - pos, &len)) return false;
     fn(ts, rocksdb::Slice(p + pos, len));
     pos += len;
     if (pos == n) return true;
@@ -147,10 +147,24 @@ TtlState::TtlState(TtlLayout layout, Codec value_codec, bool numeric, NumericOp 
                    std::shared_ptr<TtlClock> clock)
     : layout_(layout), codec_(value_codec), numeric_(numeric), op_(op), clock_(std::move(clock)) {}
 
-void TtlState::Configure(int64_t ttl_ms, bool update_on_read, bool return_expired) {
+rocksdb::Status TtlState::Configure(int64_t ttl_ms, bool update_on_read, bool return_expired,
+                                    const std::string& row_program) {
+  if (codec_ == kStruct && row_ == nullptr) {
+    auto row = std::make_unique<RowSchema>();
+    if (!row->Compile(row_program.data(), row_program.size())) {
+      return rocksdb::Status::InvalidArgument("the value schema of a typed state does not compile");
+    }
+    row_ = std::move(row);  // published to other threads by the release store below
+  }
   update_on_read_.store(update_on_read, std::memory_order_relaxed);
   return_expired_.store(return_expired, std::memory_order_relaxed);
   ttl_ms_.store(ttl_ms, std::memory_order_release);
+  return rocksdb::Status::OK();
+}
+
+bool TtlState::ElementLength(const char* p, size_t n, size_t* len) const {
+  if (codec_ == kStruct) return row_ != nullptr && row_->Length(0, p, n, len);
+  return stateengine::ElementLength(codec_, p, n, len);
 }
 
 rocksdb::Status TtlState::AccessTime(int64_t* now) const {
@@ -189,7 +203,7 @@ rocksdb::Status TtlState::Stamp(const rocksdb::Slice& plain, int64_t now,
       out->reserve(n + n / 2 + kTtlStampBytes);
       while (pos < n) {
         size_t len = 0;
-        if (!ElementLength(codec_, p + pos, n - pos, &len)) {
+        if (!ElementLength(p + pos, n - pos, &len)) {
           return rocksdb::Status::InvalidArgument("list elements do not parse under their codec");
         }
         if (!out->empty()) out->push_back(kListDelimiter);
@@ -245,7 +259,7 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
   }
   // A list: every element expires on its own.
   bool any_unexpired = false, any_expired = false, any_shown = false;
-  const bool ok = ForEachStamped(codec_, stored, [&](int64_t ts, const rocksdb::Slice& e) {
+  const bool ok = ForEachStamped(*this, stored, [&](int64_t ts, const rocksdb::Slice& e) {
     const bool expired = TtlExpired(ts, ttl, now);
     (expired ? any_expired : any_unexpired) = true;
     if (!expired || show_expired) {
@@ -265,7 +279,7 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
   } else if (refresh || any_expired) {
     verdict->write_back = TtlWriteBack::kRewrite;
     rewrite->clear();
-    ForEachStamped(codec_, stored, [&](int64_t ts, const rocksdb::Slice& e) {
+    ForEachStamped(*this, stored, [&](int64_t ts, const rocksdb::Slice& e) {
       if (TtlExpired(ts, ttl, now)) return;
       if (!rewrite->empty()) rewrite->push_back(kListDelimiter);
       PutStamp(rewrite, refresh ? now : ts);
@@ -290,7 +304,7 @@ void TtlState::Purge(const rocksdb::Slice& stored, int64_t now, int64_t ttl, boo
   // Flink drops the expired prefix of a list; every expired element goes here, wherever it
   // is (OnReadAndWrite and update() restamp lists, so stamps need not grow along a list).
   size_t expired = 0, total = 0;
-  if (!ForEachStamped(codec_, stored, [&](int64_t ts, const rocksdb::Slice&) {
+  if (!ForEachStamped(*this, stored, [&](int64_t ts, const rocksdb::Slice&) {
         ++total;
         if (TtlExpired(ts, ttl, now)) ++expired;
       })) {
@@ -303,7 +317,7 @@ void TtlState::Purge(const rocksdb::Slice& stored, int64_t now, int64_t ttl, boo
   }
   kept->clear();
   kept->reserve(stored.size());
-  ForEachStamped(codec_, stored, [&](int64_t ts, const rocksdb::Slice& e) {
+  ForEachStamped(*this, stored, [&](int64_t ts, const rocksdb::Slice& e) {
     if (TtlExpired(ts, ttl, now)) return;
     if (!kept->empty()) kept->push_back(kListDelimiter);
     PutStamp(kept, ts);

@@ -21,6 +21,7 @@
 
 #include "codec.h"
 #include "merge_operators.h"
+#include "row_codec.h"
 
 namespace stateengine {
 
@@ -68,8 +69,11 @@ class TtlState {
   const TtlClock& clock() const { return *clock_; }
 
   // The registered descriptor's settings; until then (a state restored but not registered
-  // yet) nothing expires and accesses are refused.
-  void Configure(int64_t ttl_ms, bool update_on_read, bool return_expired);
+  // yet) nothing expires and accesses are refused. row_program: the compiled value schema
+  // (sparktypes.program) of a typed state, whose list elements need it to be measured; kept
+  // from the first call on, as background compactions may be reading it.
+  rocksdb::Status Configure(int64_t ttl_ms, bool update_on_read, bool return_expired,
+                            const std::string& row_program);
   int64_t ttl_ms() const { return ttl_ms_.load(std::memory_order_acquire); }
   bool update_on_read() const { return update_on_read_.load(std::memory_order_relaxed); }
   bool return_expired() const { return return_expired_.load(std::memory_order_relaxed); }
@@ -88,6 +92,10 @@ class TtlState {
   // *rewrite; without it the verdict's write_back is kNone (reads that are about to write).
   rocksdb::Status Read(const rocksdb::Slice& stored, int64_t now, bool write_back,
                        TtlVerdict* verdict, std::string* plain, std::string* rewrite) const;
+
+  // Length of the list element at p (n bytes available) under the value codec; false if it
+  // does not parse.
+  bool ElementLength(const char* p, size_t n, size_t* len) const;
 
   // Cleanup at now (full snapshots, compactions): *keep false when the entry expired
   // entirely; for a list with some expired elements, *changed and *kept (the unexpired
@@ -108,6 +116,7 @@ class TtlState {
   const bool numeric_;
   const NumericOp op_;
   const std::shared_ptr<TtlClock> clock_;
+  std::unique_ptr<RowSchema> row_;  // kStruct values: set once, before ttl_ms_ is published
   std::atomic<int64_t> ttl_ms_{0};
   std::atomic<bool> update_on_read_{false};
   std::atomic<bool> return_expired_{false};

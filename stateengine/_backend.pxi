@@ -84,7 +84,9 @@ cdef class NativeBackend:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def _native_open(self, str path, int max_parallelism, int kg_start, int kg_end,
-                     list cf_specs):
+                     list cf_specs, bint create_if_missing=True):
+        """Opens RocksDB at path; without create_if_missing the database and every column
+        family of cf_specs must already exist there (a restored directory)."""
         cdef vector[CColumnFamilySpec] specs
         cdef string cpath = path.encode("utf-8")
         cdef CStatus st
@@ -92,7 +94,7 @@ cdef class NativeBackend:
             specs.push_back(CMakeColumnFamilySpec(name.encode("utf-8"), merge_kind, numeric_op,
                                                   numeric_codec, ttl_layout))
         with nogil:
-            st = CStateDB.Open(cpath, specs, &self._db)
+            st = CStateDB.Open(cpath, specs, &self._db, create_if_missing)
         check_status(st)
         self._max_parallelism = max_parallelism
         self._kg_start = kg_start
@@ -199,6 +201,22 @@ cdef class NativeBackend:
             n = db.EstimateNumKeys()
         self._leave()
         return n
+
+    def _native_metrics(self) -> dict:
+        """RocksDB's figures for this backend (see csrc/db_metrics.h); no data is scanned."""
+        cdef CDbMetrics m
+        cdef CStatus st
+        cdef CStateDB* db = self._enter()
+        try:
+            with nogil:
+                st = CCollectDbMetrics(db, &m)
+        finally:
+            self._leave()
+        check_status(st)
+        return {"estimated_keys": m.estimated_keys, "live_sst_bytes": m.live_sst_bytes,
+                "sst_files": m.sst_files, "memtable_bytes": m.memtable_bytes,
+                "table_reader_bytes": m.table_reader_bytes, "pinned_bytes": m.pinned_bytes,
+                "pending_compaction_bytes": m.pending_compaction_bytes}
 
     cdef inline int check_key(self) except -1:
         if self._closed:
@@ -358,9 +376,12 @@ cdef class NativeBackend:
         return None if t == kTtlTimeUnset else t
 
     def _native_configure_ttl(self, int cf, int64_t ttl_ms, bint update_on_read,
-                              bint return_expired):
+                              bint return_expired, bytes row_program=b""):
+        """row_program: the compiled value schema of a typed state (sparktypes.program)."""
+        cdef string program = row_program
         self._check_open()
-        check_status(self._db.get().ConfigureTtl(cf, ttl_ms, update_on_read, return_expired))
+        check_status(self._db.get().ConfigureTtl(cf, ttl_ms, update_on_read, return_expired,
+                                                 program))
 
     def _native_find_cf(self, str name) -> int:
         self._check_open()

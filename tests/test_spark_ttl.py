@@ -58,6 +58,9 @@ def test_expiry_follows_the_batch_timestamp_through_retries_and_replays(spark, t
     state = read_state(spark, ck, "visits", operator_id="ttl").collect()
     assert {r.key: r.last_access_ms for r in state} == {
         **{u: [T0 + 1_200] for u in early}, **{u: [T0 + 600, T0 + 1_200] for u in late}}
+    flat = read_state(spark, ck, "visits", operator_id="ttl", flatten=True).collect()
+    assert sorted((r.key, r.value, r.last_access_ms) for r in flat) == sorted(
+        [(u, T0 + 1_200, T0 + 1_200) for u in users] + [(u, T0 + 600, T0 + 600) for u in late])
     with pytest.raises(TtlTimeNotSetError, match="batch_timestamp_ms"):
         apply_with_state(spark.createDataFrame(pd.DataFrame({"user": users})), "user", fn, OUT,
                          [SEEN, VISITS], ck, 3, num_partitions=2, operator_id="ttl")

@@ -523,3 +523,45 @@ def test_compaction_filter_waits_for_time_and_configuration(make_backend, tmp_pa
         assert r.num_state_entries("v") == 0
     finally:
         r.close()
+
+
+# ---- typed state (Spark schemas) ---------------------------------------------------------------
+
+def test_typed_states_expire_per_value_element_and_entry(make_backend, tmp_path):
+    """A typed list's elements are measured by their schema (csrc/ttl.h gets it at
+    registration), so they expire one by one as other lists' do, written and read by scalar
+    and batch calls alike."""
+    import pandas as pd
+
+    descs = [ValueStateDescriptor("v", value_type="n long, s string", ttl=CREATE),
+             ListStateDescriptor("l", value_type="kind string, at long", ttl=CREATE),
+             MapStateDescriptor("m", user_key_type="path string, q int", value_type="hits long",
+                                ttl=CREATE)]
+    b = make_backend(key_type=int)
+    v, lst, m = (b.get_state(d) for d in descs)
+    b.set_ttl_time(T0)
+    b.set_current_key(1)
+    v.update((1, "x"))
+    lst.add(("a", 10))
+    m.put(("/a", 1), (5,))
+    lst.add_many([2], pd.DataFrame({"kind": ["b"], "at": [20]}))
+    b.set_ttl_time(T0 + 50)
+    lst.add_all([("c", 30), ("d", None)])
+    m.put(("/b", 2), (6,))
+    lst.add_many([2, 2], [("e", 40), ("f", 50)])
+    b.set_ttl_time(T0 + TTL)
+    assert v.value() is None
+    assert lst.get() == [("c", 30), ("d", None)]
+    assert dict(m.entries()) == {("/b", 2): (6,)}
+    assert lst.get_many([2]).to_pylist() == [[{"kind": "e", "at": 40}, {"kind": "f", "at": 50}]]
+    # a restored backend measures the elements once the descriptor registers
+    handle = b.checkpoint(1, str(tmp_path / "ck")).result()
+    r = KeyedStateBackend.restore(tmp_path / "r", [handle], descriptors=descs)
+    try:
+        r.set_ttl_time(T0 + 50 + TTL - 1)
+        r.set_current_key(2)
+        assert r.get_state(descs[1]).get() == [("e", 40), ("f", 50)]
+        r.set_ttl_time(T0 + 50 + TTL)
+        assert r.get_state(descs[1]).get() == []
+    finally:
+        r.close()

@@ -9,6 +9,13 @@ replayed). Stop it and start it again with the same ``--checkpoint``: the query 
 its offsets and the state from the last committed version.
 
     python -m stateengine.spark.demo --batches 8
+    python -m stateengine.spark.demo --local-s3     # state on a local S3 server (moto)
+
+``--checkpoint`` may be an ``s3://bucket/path`` URI (credentials and endpoint from the usual
+AWS variables): the keyed state and the watermarks go there, while Spark's own stream
+checkpoint and the Parquet outputs stay in ``--work-dir`` (pip's pyspark has no S3 connector).
+``--local-s3`` starts moto's S3 server on 127.0.0.1 for the run and puts the checkpoint at
+``s3://stateengine/demo``; the server keeps objects in memory, so each such run starts afresh.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import ReducingStateDescriptor, ValueStateDescriptor, reducers
+from ..checkpoint.storage import CheckpointStorage
 
 OUTPUT_SCHEMA = ("kind string, user long, events long, amount double, "
                  "session_start long, session_end long, session_events long")
@@ -80,29 +90,25 @@ class Progress:
               f"| {seconds:5.2f}s", flush=True)
 
 
-def _watermark_file(checkpoint: str, batch_id: int) -> str:
-    return os.path.join(checkpoint, "watermarks", f"{batch_id}.json")
+def _join(uri: str, sub: str) -> str:
+    """uri/sub, keeping a URI's query options at the end."""
+    base, _, query = uri.partition("?")
+    return f"{base.rstrip('/')}/{sub}" + (f"?{query}" if query else "")
 
 
-def _load_watermark(checkpoint: str, batch_id: int) -> int | None:
+def _load_watermark(storage: CheckpointStorage, batch_id: int) -> int | None:
     """The event-time high mark after batch_id - 1 (None before any data)."""
-    folder = os.path.join(checkpoint, "watermarks")
-    if not os.path.isdir(folder):
-        return None
-    done = sorted(int(f[:-5]) for f in os.listdir(folder) if f.endswith(".json"))
+    done = sorted(int(i.base_name[:-5]) for i in storage.list_dir("watermarks")
+                  if i.base_name.endswith(".json") and i.base_name[:-5].isdigit())
     earlier = [b for b in done if b < batch_id]
     if not earlier:
         return None
-    with open(_watermark_file(checkpoint, earlier[-1])) as f:
-        return json.load(f)["max_event_ms"]
+    return json.loads(storage.read_bytes(f"watermarks/{earlier[-1]}.json"))["max_event_ms"]
 
 
-def _save_watermark(checkpoint: str, batch_id: int, max_event_ms: int | None) -> None:
-    os.makedirs(os.path.join(checkpoint, "watermarks"), exist_ok=True)
-    tmp = _watermark_file(checkpoint, batch_id) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"max_event_ms": max_event_ms}, f)
-    os.replace(tmp, _watermark_file(checkpoint, batch_id))
+def _save_watermark(storage: CheckpointStorage, batch_id: int, max_event_ms: int | None) -> None:
+    storage.write_atomic(f"watermarks/{batch_id}.json",
+                         json.dumps({"max_event_ms": max_event_ms}).encode())
 
 
 def _quiet_intentional_stop(spark: Any) -> None:
@@ -117,12 +123,20 @@ def _quiet_intentional_stop(spark: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from . import apply_with_state, mark_batch_committed, read_state
 
-    checkpoint = os.path.abspath(args.checkpoint)
+    remote = "://" in args.checkpoint and not args.checkpoint.startswith("file://")
+    checkpoint = args.checkpoint if remote else os.path.abspath(args.checkpoint)
+    # Spark's stream checkpoint and the outputs: beside the state, or in a local directory
+    work = checkpoint if not remote else os.path.abspath(
+        args.work_dir or (tempfile.mkdtemp(prefix="stateengine-demo-") if args.local_s3
+                          else "demo-work"))
+    storage = CheckpointStorage(checkpoint)
+    state_uri = _join(checkpoint, "state") if remote else os.path.join(checkpoint, "state")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, never a public address
     spark = (SparkSession.builder.master(args.master).appName("stateengine-demo")
              .config("spark.driver.host", "127.0.0.1")
@@ -154,33 +168,33 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.time()
         batch_df = batch_df.persist()
         stats = batch_df.agg(F.count("*").alias("n"), F.max("event_ms").alias("mx")).first()
-        previous = _load_watermark(checkpoint, batch_id)
+        previous = _load_watermark(storage, batch_id)
         high = max(x for x in (previous, stats["mx"]) if x is not None) if (
             previous is not None or stats["mx"] is not None) else None
         watermark = None if high is None else high - args.lateness_ms
         out = apply_with_state(
             batch_df, "user", on_events, OUTPUT_SCHEMA, STATES,
-            checkpoint=os.path.join(checkpoint, "state"), batch_id=batch_id,
+            checkpoint=state_uri, batch_id=batch_id,
             num_partitions=args.partitions, on_timer=on_timer, watermark=watermark,
             operator_id="sessions")
-        target = os.path.join(checkpoint, "output", f"batch={batch_id}")
+        target = os.path.join(work, "output", f"batch={batch_id}")
         out.write.mode("overwrite").parquet(target)
         # the batch's own session: nothing in the query path needs the driver's SparkContext
         written = batch_df.sparkSession.read.parquet(target).groupBy("kind").count().collect()
         counts = {r["kind"]: r["count"] for r in written}
-        mark_batch_committed(os.path.join(checkpoint, "state"), batch_id, args.partitions,
-                             "sessions")
-        _save_watermark(checkpoint, batch_id, high)
+        mark_batch_committed(state_uri, batch_id, args.partitions, "sessions")
+        _save_watermark(storage, batch_id, high)
         batch_df.unpersist()
         progress.line(batch_id, stats["n"], time.time() - t0, counts.get("update", 0),
                       counts.get("session", 0), watermark, args.partitions)
         processed.append(batch_id)
 
     query = (events.writeStream.foreachBatch(per_batch)
-             .option("checkpointLocation", os.path.join(checkpoint, "stream"))
+             .option("checkpointLocation", os.path.join(work, "stream"))
              .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
     print(f"stateengine demo: {args.rows_per_second} events/s over {args.users} users, "
-          f"{args.partitions} partitions, checkpoint {checkpoint}", flush=True)
+          f"{args.partitions} partitions, checkpoint {storage.location}"
+          + (f" (Spark's stream checkpoint and outputs in {work})" if remote else ""), flush=True)
     try:
         query.awaitTermination()
     except Exception as e:  # StreamingQueryException wrapping StopDemo, or a real failure
@@ -189,8 +203,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
     finally:
         query.stop()
-    sessions = spark.read.parquet(os.path.join(checkpoint, "output")).where("kind = 'session'")
-    top = (read_state(spark, os.path.join(checkpoint, "state"), "events", operator_id="sessions",
+    sessions = spark.read.parquet(os.path.join(work, "output")).where("kind = 'session'")
+    top = (read_state(spark, state_uri, "events", operator_id="sessions",
                       key_names=["user"])
            .orderBy(F.col("value").desc()).limit(3).collect())
     print(f"done: {len(processed)} batches this run (batch ids {processed[0] if processed else '-'}"
@@ -198,14 +212,33 @@ def run(args: argparse.Namespace) -> int:
           f"{time.time() - progress.started:.1f}s; {sessions.count()} sessions closed so far; "
           f"busiest users: " + ", ".join(f"{r['user']} ({r['value']} events)" for r in top),
           flush=True)
-    print(f"run the same command again to resume from batch {processed[-1] + 1 if processed else 0}")
+    if remote:
+        objects = storage.fs.get_file_info(pafs.FileSelector(storage.root, recursive=True))
+        files = [i for i in objects if i.type == pafs.FileType.File]
+        print(f"state on {storage.location}: {len(files)} objects, "
+              f"{sum(i.size for i in files) / 1e6:.1f} MB", flush=True)
+    if args.local_s3:
+        print("the local S3 server keeps its objects in memory: the next --local-s3 run "
+              "starts again from batch 0")
+    else:
+        print(f"run the same command again to resume from batch "
+              f"{processed[-1] + 1 if processed else 0}")
     spark.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default="demo-checkpoint", help="checkpoint directory")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint directory or s3://bucket/path URI (default: "
+                        "demo-checkpoint, or s3://stateengine/demo with --local-s3)")
+    p.add_argument("--local-s3", action="store_true",
+                   help="start a local S3 server (moto, on 127.0.0.1) for this run and keep "
+                        "the checkpoint on it")
+    p.add_argument("--work-dir", default=None,
+                   help="with an s3:// checkpoint: the local directory for Spark's stream "
+                        "checkpoint and the outputs (default: demo-work, or a fresh temporary "
+                        "directory with --local-s3)")
     p.add_argument("--batches", type=int, default=8, help="micro-batches to run before stopping")
     p.add_argument("--rows-per-second", type=int, default=20000)
     p.add_argument("--users", type=int, default=5000)
@@ -214,7 +247,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lateness-ms", type=int, default=1000, help="watermark delay")
     p.add_argument("--trigger-ms", type=int, default=2000)
     p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[*]"))
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    if not args.local_s3:
+        args.checkpoint = args.checkpoint or "demo-checkpoint"
+        return run(args)
+    args.checkpoint = args.checkpoint or "s3://stateengine/demo"
+    if not args.checkpoint.startswith("s3://"):
+        p.error(f"--local-s3 needs an s3:// checkpoint, not {args.checkpoint}")
+    from ..local_s3 import LocalS3Server
+
+    # before Spark starts, so that its Python workers inherit the endpoint and credentials
+    server = LocalS3Server(bucket=urlsplit(args.checkpoint).netloc).start()
+    os.environ.update(server.env())
+    print(f"local S3 server (moto) on {server.endpoint}, bucket {server.bucket}", flush=True)
+    try:
+        return run(args)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Worker-side lifecycle of keyed state inside Spark tasks.
 
-Each task of a batch loads version ``batch_id`` of its partition, runs the user's code and
-commits version ``batch_id + 1``. Providers (and their open RocksDB instances) are cached per
+Each task of a batch learns its batch (id, watermark, timestamp; see ``batch.py``), loads
+version ``batch_id`` of its partition, runs the user's code and commits version
+``batch_id + 1``. Providers (and their open RocksDB instances) are cached per
 Python worker process, so a partition that continues on the same worker at the expected
 version needs no restore; any other case restores from the checkpoint directory. A task that
 fails aborts its store; a re-executed task or a replayed batch loads the same version again and
@@ -10,7 +11,6 @@ produces the same committed state.
 
 from __future__ import annotations
 
-import numbers
 import os
 import threading
 from collections import OrderedDict
@@ -21,6 +21,8 @@ from .. import _native
 from ..descriptors import StateDescriptor
 from ..errors import TtlTimeNotSetError
 from ..store import StateStore, StateStoreProvider
+from ..times import to_millis
+from .batch import BatchInfo, resolve_batch
 
 _MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
 _cache: "OrderedDict[tuple, StateStoreProvider]" = OrderedDict()
@@ -38,17 +40,19 @@ class TaskConfig:
     key_cols: list[str]
     key_codecs: tuple[int, ...]
     descriptors: Sequence[StateDescriptor]
-    batch_id: int
+    batch_id: int | None  # None: each task reads Spark's streaming.sql.batchId
     watermark: int | None = None
     processing_time: int | None = None
+    query_checkpoint: str | None = None  # read watermark and timestamp from its offset log
+    time_zone: str | None = None  # Spark's session time zone, for timer times without a zone
     min_versions_to_retain: int = 10
     local_dir: str | None = None
     memory_budget_mb: int | None = None
     bottommost_bloom_filters: bool = False
     output_cols: list[str] = field(default_factory=list)
     allow_pickle: bool = False
-    # The TTL clock of the batch (stateengine/ttl.py): the batch timestamp, so that a replayed
-    # batch sees the same expiry. None: no state of the job has a TTL.
+    # The TTL clock of the batch (stateengine/ttl.py) when given as batch_timestamp_ms; None:
+    # the batch's processing time (given, or Spark's batchTimestampMs from the offset log).
     ttl_time_ms: int | None = None
 
     @property
@@ -60,23 +64,32 @@ class TaskConfig:
         return len(self.key_codecs) > 1
 
 
-def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: int | None,
-              processing_time: int | None = None) -> int | None:
-    """The TTL time of a batch: ``batch_timestamp_ms``, else ``processing_time``. States with
-    TTL need one (never the wall clock: a replayed batch must see the same expiry)."""
-    for name, t in (("batch_timestamp_ms", batch_timestamp_ms),
-                    ("processing_time", processing_time)):
-        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Integral)):
-            raise ValueError(f"{name} must be an int of milliseconds, got {t!r}")
-    clock = batch_timestamp_ms if batch_timestamp_ms is not None else processing_time
-    clock = None if clock is None else int(clock)  # numpy integers too
+def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: Any, batch_id: int | None,
+              processing_time: int | None, query_checkpoint: str | None,
+              zone: str | None = None) -> int | None:
+    """The TTL time of a batch's tasks (``TaskConfig.ttl_time_ms``), checked on the driver:
+    ``batch_timestamp_ms`` when given, else None, and each task takes its batch's processing
+    time (``processing_time=``, or with ``query_checkpoint`` Spark's batchTimestampMs from the
+    offset log), the same on every attempt and replay. States with TTL need one of them: TTL
+    never reads the wall clock."""
+    if batch_timestamp_ms is not None:
+        if query_checkpoint is not None:
+            raise ValueError("batch_timestamp_ms and query_checkpoint both set the batch's time: "
+                             "pass one or the other")
+        if batch_id is None:
+            raise ValueError(
+                "batch_timestamp_ms goes with an explicit batch_id; inside a streaming query "
+                "pass query_checkpoint=<the query's checkpointLocation> and each batch uses "
+                "Spark's batch timestamp")
+        return to_millis(batch_timestamp_ms, "batch_timestamp_ms", zone)
     with_ttl = [d.name for d in states if getattr(d, "ttl", None) is not None]
-    if with_ttl and clock is None:
+    if with_ttl and processing_time is None and query_checkpoint is None:
         raise TtlTimeNotSetError(
             f"states {with_ttl} have a TTL, which expires entries against the batch's time; "
             f"pass batch_timestamp_ms=<the micro-batch's timestamp in ms> (the same value when "
-            f"a batch is replayed, as Spark's batchTimestampMs is)")
-    return clock
+            f"a batch is replayed, as Spark's batchTimestampMs is), or inside a streaming query "
+            f"query_checkpoint=<its checkpointLocation>")
+    return None
 
 
 def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
@@ -128,7 +141,8 @@ def current_partition() -> tuple[int, int]:
 
 
 class TaskState:
-    """The store of one task: load at start, commit or abort at the end."""
+    """The store of one task: load at start, commit or abort at the end. ``batch`` is the
+    task's micro-batch (id, watermark, processing time), the same on every attempt."""
 
     def __init__(self, cfg: TaskConfig, partition: tuple[int, int] | None = None) -> None:
         if cfg.memory_budget_mb:
@@ -137,15 +151,21 @@ class TaskState:
         _native.configure_bloom_filters(cfg.bottommost_bloom_filters)
         self.cfg = cfg
         self.partition_id, self.attempt = partition or current_partition()
+        self.batch: BatchInfo = resolve_batch(cfg)
         self.provider = provider_for(cfg, self.partition_id)
         try:
-            self.store: StateStore = self.provider.get_store(cfg.batch_id)
+            self.store: StateStore = self.provider.get_store(self.batch.batch_id)
         except BaseException:
             drop_cached(cfg.checkpoint)  # a failed restore leaves nothing half-open behind
             raise
         self.backend = self.store.backend
-        if cfg.ttl_time_ms is not None:
-            self.backend.set_ttl_time(cfg.ttl_time_ms)
+        self.backend.timer_service.naive_time_zone = cfg.time_zone
+        # State TTL measures time by the batch, never the wall clock: a retried task or a
+        # replayed batch expires exactly what the first attempt did.
+        self.ttl_time: int | None = (cfg.ttl_time_ms if cfg.ttl_time_ms is not None
+                                     else self.batch.processing_time)
+        if self.ttl_time is not None:
+            self.backend.set_ttl_time(self.ttl_time)
         self.handles = {d.name: self.backend.get_state(d) for d in cfg.descriptors}
 
     def commit(self) -> int:
