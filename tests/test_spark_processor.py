@@ -120,6 +120,28 @@ def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, tmp_pat
     assert any("timer" in r[1] for b in batches for r in b.rows)
 
 
+def test_processing_time_timers_and_ttl(spark, tmp_path):
+    """Timers fire after the input of their batch (also those registered in the past during
+    it), by a snapshot taken when the input is done; TTL against the batch timestamp on value,
+    list and map state; Spark's empty batches fire due timers."""
+    schema = "key string, n long"
+    frames = _frames([[("a", 1), ("b", 1), ("c", 1), ("d", 1)], [("a", 2), ("c", 2), ("d", 2)],
+                      [("b", 3)], [("a", 4), ("d", 4)]], ["key", "n"])
+    out = "key string, kind string, at long, rows long, state string"
+    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
+                        lambda s: s.groupBy("key").transformWithStateInPandas(
+                            P.TimersAndTtl(), out, "Update", "ProcessingTime"), until_extra=2)
+    assert not batches[-1].files  # Spark ran batches without data
+    ours = run_stateengine(spark, batches, schema, lambda df: df,
+                           lambda df, b: transform_with_state_in_pandas(
+                               df, P.TimersAndTtl(), "key", out, str(tmp_path / "state"),
+                               time_mode="ProcessingTime", batch_id=b.batch_id,
+                               processing_time=b.timestamp, num_partitions=2))
+    assert_same(batches, ours)
+    fired = {r[0] for b in batches for r in b.rows if r[1] == "timer"}
+    assert {"a", "b", "d"} <= fired and "c" not in fired
+
+
 ROWS_SCHEMA = "user string, amount double"
 ROWS_OUT = "user string, total double, seen string"
 
