@@ -11,7 +11,8 @@ import os
 import pandas as pd
 import pytest
 
-from stateengine.spark import transform_with_state, transform_with_state_in_pandas
+from stateengine.spark import bootstrap_state, state_descriptors, transform_with_state, \
+    transform_with_state_in_pandas
 from tests import tws_processors as P
 from tests.tws_compare import assert_same, run_spark, run_stateengine, sort_rows
 
@@ -70,6 +71,32 @@ def test_every_state_method_on_spark_connect(connect, every_state_method_in_spar
     driver path)."""
     batches = every_state_method_in_spark
     assert_same(batches, _replay_every_state_method(connect, batches, str(tmp_path / "state")))
+
+
+def test_moving_a_spark_query_state_with_bootstrap_state(spark, every_state_method_in_spark,
+                                                          tmp_path):
+    """Spark's state after batch 1, read with its state data source and written with
+    bootstrap_state into the descriptors the processor's states get; stateengine then runs
+    batch 2 and must output what Spark did."""
+    batches = every_state_method_in_spark
+    spark_checkpoint = os.path.join(os.path.dirname(os.path.dirname(batches[0].files[0])),
+                                    "spark-checkpoint")
+    state = str(tmp_path / "state")
+    columns = {"value": ("value", None), "list": ("list_element", None),
+               "map": ("user_map_value", "user_map_key")}
+    version = 0
+    for name, desc in state_descriptors(P.EveryStateMethod(), spark).items():
+        src = (spark.read.format("statestore").option("path", spark_checkpoint)
+               .option("stateVarName", name).option("batchId", 1).load())
+        value, user_key = columns[desc.kind.value]
+        src = src.select("key.*", value, *([user_key] if user_key else []))
+        version = bootstrap_state(src, ["user", "region"], desc, value, state,
+                                  user_key=user_key, version=version, num_partitions=2)
+    assert version == 4
+    out = transform_with_state_in_pandas(
+        spark.read.schema(STATES_SCHEMA).parquet(*batches[2].files), P.EveryStateMethod(),
+        ["user", "region"], P.SUMMARY_SCHEMA, state, batch_id=version, num_partitions=3)
+    assert sort_rows(out.collect()) == batches[2].rows
 
 
 def test_every_state_method_inside_the_streaming_query(spark, every_state_method_in_spark,
