@@ -403,8 +403,13 @@ class _Job:
         if not self.spark_sorts:
             batches = _sorted_by_key(batches, self.cols, task.partition_id)
         data = (run.without_late_rows(b) for b in batches)
+        ranges: dict[int, pd.RangeIndex] = {}  # index objects are immutable: share them
         for key, rows in _iter_groups(data, self.cols, task.partition_id):
-            rows.index = pd.RangeIndex(len(rows))
+            n = len(rows)
+            index = ranges.get(n)
+            if index is None:
+                index = ranges[n] = pd.RangeIndex(n)
+            rows.index = index  # 0..n-1, as Spark's frames are
             yield from sink.add(run.input_rows(key, (rows,)))
         for result in run.expired_timers():
             yield from sink.add(result)
