@@ -51,6 +51,7 @@ EVENT_COL = "__se_event_us"  # the event time in microseconds, for dropping late
 WATERMARK_STATE = "tws-watermark"  # operator state: the watermark of the last batch
 WATERMARK_METADATA = "spark.watermarkDelayMs"  # what withWatermark puts on its column
 _FLUSH_ROWS = 16_384
+_DDL_SCHEMAS: dict[str, T.StructType] = {}  # DDL text -> schema, parsed once per driver
 
 
 # ---- driver: what init() declares -----------------------------------------------------------
@@ -94,7 +95,10 @@ def _plan(processor: Any, spark: Any, time_mode: str) -> _Plan:
             raise ProcessorUsageError(f"state '{state}': a schema is a StructType or a DDL "
                                       f"string, got {schema!r:.80}")
         if schema not in plan.schemas:
-            plan.schemas[schema] = spark.createDataFrame([], schema).schema
+            parsed = _DDL_SCHEMAS.get(schema)
+            if parsed is None:  # the session parses it (one round trip, then remembered)
+                parsed = _DDL_SCHEMAS[schema] = spark.createDataFrame([], schema).schema
+            plan.schemas[schema] = parsed
         return plan.schemas[schema]
 
     def unusable(what: str) -> Callable[..., Any]:
@@ -475,11 +479,17 @@ class _TaskRun:
             pt = batch.processing_time if batch.processing_time is not None else -1
             self.timer_values = TimerValues(pt, wm)
             self.timer_time = pt if mode == "ProcessingTime" else wm
-        self.watermark_state = task.backend.operator_state.get_list_state(WATERMARK_STATE,
-                                                                          "union")
-        previous = [w for w in self.watermark_state.get() if w is not None]
-        # Spark drops input rows at or before the watermark of the previous batch
-        self.late_before_us = max(previous) * 1000 if previous and job.late_rows else None
+        # In EventTime Spark drops input rows at or before the previous batch's watermark;
+        # each partition keeps its batch's watermark in operator state (union: after a
+        # rescale every partition sees them all) for the next batch.
+        self.watermark_state = None
+        self.late_before_us = None
+        if mode == "EventTime":
+            self.watermark_state = task.backend.operator_state.get_list_state(WATERMARK_STATE,
+                                                                              "union")
+            previous = [w for w in self.watermark_state.get() if w is not None]
+            if previous and job.late_rows:
+                self.late_before_us = max(previous) * 1000
         self.processor.init(ProcessorHandle(self.rt))
 
     def _key_tuple(self, key: Any) -> tuple:
@@ -539,7 +549,7 @@ class _TaskRun:
     def finish(self) -> None:
         self.rt.keyed = False
         self.processor.close()
-        if self.job.plan.time_mode == "EventTime":
+        if self.watermark_state is not None:
             self.watermark_state.update([self.timer_time])
 
 
