@@ -18,7 +18,7 @@ import pytest
 from pyspark import TaskContext
 
 from stateengine import ValueStateDescriptor
-from stateengine.spark import apply_with_state, read_state
+from stateengine.spark import apply_with_state, map_with_state, read_state
 
 pytestmark = pytest.mark.spark
 
@@ -140,6 +140,38 @@ def test_stateful_step_inside_a_query_counts_once_across_retries_restarts_and_em
     fired = list(zip(timers["user"], timers["at"], timers["batch"]))
     assert len(fired) == len(set(fired)) and set(fired) == want_fired
     assert any(b == 4 for _, _, b in want_fired)
+
+
+def test_map_with_state_inside_a_query(spark, tmp_path):
+    """The batch-operations form inside a query: one call per partition and micro-batch, with
+    Spark's batch id; partitions without rows commit without a call."""
+    source, base = str(tmp_path / "in"), str(tmp_path / "job")
+    everything = write_files(source, files=2, rows=30, users=8)
+
+    def per_partition(rows, ctx):
+        users = rows["user"].to_numpy()
+        keys, counts = np.unique(users, return_counts=True)
+        state = ctx.state("count")
+        before, _ = state.get_many(keys)
+        totals = before + counts
+        state.put_many(keys, totals)
+        return pd.DataFrame({"user": keys, "count": totals, "batch": ctx.batch_id})
+
+    events = spark.readStream.schema("user bigint, t_ms bigint").option("maxFilesPerTrigger", 1) \
+        .parquet(source)
+    out = map_with_state(events, "user", per_partition, "user bigint, count bigint, batch bigint",
+                         [COUNT], os.path.join(base, "state"), num_partitions=PARTITIONS)
+    query = (out.writeStream.format("parquet").option("path", os.path.join(base, "out"))
+             .option("checkpointLocation", os.path.join(base, "query"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    rows = spark.read.parquet(os.path.join(base, "out")).toPandas()
+    assert sorted(rows["batch"].unique()) == [0, 1]
+    latest = rows.sort_values("batch").groupby("user")["count"].last()
+    assert latest.to_dict() == everything.groupby("user").size().to_dict()
+    for v in (1, 2):
+        assert len([f for f in os.listdir(os.path.join(base, "state", "default", f"v{v}"))
+                    if f.endswith(".json")]) == PARTITIONS
 
 
 def test_a_checkpoint_location_of_another_query_is_refused(spark, tmp_path):

@@ -210,11 +210,11 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      operator_id: str = "default",
                      on_timer: Callable[[Any, Any, GroupContext], Any] | None = None,
                      watermark: Any = None, processing_time: Any = None,
-                     query_checkpoint: str | None = None,
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
                      memory_budget_mb: int | None = None,
                      bottommost_bloom_filters: bool = False,
-                     allow_pickle: bool = False) -> DataFrame:
+                     allow_pickle: bool = False,
+                     query_checkpoint: str | None = None) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
@@ -287,12 +287,12 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    checkpoint: str, batch_id: int | None = None,
                    num_partitions: int | None = None,
                    max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                   operator_id: str = "default", query_checkpoint: str | None = None,
-                   min_versions_to_retain: int = 10,
+                   operator_id: str = "default", min_versions_to_retain: int = 10,
                    local_dir: str | None = None,
                    memory_budget_mb: int | None = None,
                    bottommost_bloom_filters: bool = False,
-                   allow_pickle: bool = False) -> DataFrame:
+                   allow_pickle: bool = False,
+                   query_checkpoint: str | None = None) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
