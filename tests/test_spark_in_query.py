@@ -68,12 +68,14 @@ def make_functions(flags):
 
 
 def fail_batch_2_after_commit(flags):
-    """Downstream of the stateful step, in the same task: consumes every row (so the state of
-    batch 2 is committed) and fails while the restart flag is missing, on every attempt."""
+    """A stage after the stateful step's (so every partition's state of batch 2 is committed)
+    that fails in batch 2 while the restart flag is missing, on every attempt: the query
+    stops, and Spark has not committed the batch."""
     def fn(batches):
         frames = list(batches)
-        if TaskContext.get().partitionId() == 0 and any((f["batch"] == 2).any() for f in frames) \
-                and not os.path.exists(os.path.join(flags, "restarted")):
+        if TaskContext.get().getLocalProperty("streaming.sql.batchId") == "2" and \
+                TaskContext.get().partitionId() == 0 and \
+                not os.path.exists(os.path.join(flags, "restarted")):
             raise RuntimeError("injected failure after the state commit")
         yield from frames
     return fn
@@ -88,11 +90,11 @@ def run_query(spark, source, base, flags):
                            num_partitions=PARTITIONS, on_timer=on_timer,
                            query_checkpoint=query_ck)
     assert out.isStreaming
-    out = out.mapInPandas(fail_batch_2_after_commit(flags), out.schema)
     # downstream: a stateful Spark operator with a watermark on our output, which makes Spark
     # run a micro-batch without data once the watermark moves
     out = (out.selectExpr("*", "timestamp_millis(at) AS at_t").withWatermark("at_t", "1 second")
            .dropDuplicates(["user", "kind", "batch", "at_t"]))
+    out = out.mapInPandas(fail_batch_2_after_commit(flags), out.schema)
     query = (out.writeStream.format("parquet").option("path", os.path.join(base, "out"))
              .option("checkpointLocation", query_ck).trigger(availableNow=True).start())
     query.awaitTermination()
