@@ -97,9 +97,15 @@ def _batch_facts(df: DataFrame, batch_id: Any, watermark: Any, processing_time: 
     }
 
 
-def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescriptor],
-            checkpoint: str, num_partitions: int | None, max_parallelism: int,
-            operator_id: str, out: T.StructType, **extra: Any) -> TaskConfig:
+def task_config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescriptor],
+                checkpoint: str, out: T.StructType, *, batch_id: Any, num_partitions: int | None,
+                max_parallelism: int, operator_id: str, query_checkpoint: Any,
+                watermark: Any = None, processing_time: Any = None, needs_times: bool = False,
+                **extra: Any) -> TaskConfig:
+    """Everything the tasks of a stateful step need, checked on the driver (state names,
+    pickle, batch facts, key types); also makes sure the Python workers import stateengine."""
+    facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint,
+                         needs_times or any(getattr(d, "ttl", None) for d in states))
     names = [d.name for d in states]
     if len(set(names)) != len(names):
         raise ValueError(f"state names must be unique, got {names}")
@@ -111,9 +117,37 @@ def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescr
     cfg = TaskConfig(
         checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id, num_partitions=n,
         max_parallelism=max_parallelism, key_cols=cols, key_codecs=key_codecs_for(df, cols),
-        descriptors=list(states), output_cols=out.names, **extra)
+        descriptors=list(states), output_cols=out.names, **facts, **extra)
     check_workers(df.sparkSession)
     return cfg
+
+
+def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
+                 body: Callable[[TaskState, Iterator[Any]], Iterator[pd.DataFrame]],
+                 grouped: bool) -> DataFrame:
+    """The Spark side that every runner of user code shares: ``df`` routed so that each of the
+    partitions runs one task per batch (empty ones included), and in each task
+    ``body(task, data)`` between loading version ``batch_id`` and committing ``batch_id + 1``
+    (``task.batch`` holds the batch id, watermark and timestamp). ``data`` yields ``(key,
+    rows)`` per key, in key-group order, when ``grouped``; else the partition's rows as one
+    frame (nothing when it has none). The result has the kind of ``df``: streaming or not."""
+    routed = route(df, cfg.key_cols, cfg.num_partitions, cfg.max_parallelism,
+                   every_partition=True)
+    spark_sorts = grouped and not df.isStreaming
+    if spark_sorts:  # keys arrive together, so a partition streams through with bounded memory
+        routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
+
+    def data(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[Any]:
+        if not grouped:
+            return _whole_partition(batches, cfg.key_cols, task.partition_id)
+        if not spark_sorts:
+            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
+        return _iter_groups(batches, cfg.key_cols, task.partition_id)
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        yield from guarded(cfg, lambda task: body(task, data(task, batches)))
+
+    return routed.mapInPandas(run, out)
 
 
 class _Output:
@@ -158,6 +192,15 @@ class _Output:
 def _data_rows(pdf: pd.DataFrame, partition_id: int) -> pd.DataFrame:
     pdf = partition_rows(pdf, partition_id)
     return pdf.drop(columns=[c for c in INTERNAL_COLS if c in pdf.columns])
+
+
+def _whole_partition(batches: Iterable[pd.DataFrame], cols: list[str],
+                     partition_id: int) -> Iterator[pd.DataFrame]:
+    parts = [p for p in (_data_rows(b, partition_id) for b in batches) if len(p)]
+    if parts:
+        rows = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        check_no_null_keys(rows, cols)
+        yield rows.reset_index(drop=True)
 
 
 def _sorted_by_key(batches: Iterable[pd.DataFrame], cols: list[str],
@@ -240,25 +283,21 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
     """
     out = _schema(df, schema)
-    needs_times = on_timer is not None or any(getattr(d, "ttl", None) for d in states)
-    facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint, needs_times)
-    cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
-                  out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                  memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
-                  **facts)
-    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism, every_partition=True)
-    spark_sorts = not df.isStreaming
-    if spark_sorts:  # keys arrive together, so a partition streams through with bounded memory
-        routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
+    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
+                      num_partitions=num_partitions, max_parallelism=max_parallelism,
+                      operator_id=operator_id, query_checkpoint=query_checkpoint,
+                      watermark=watermark, processing_time=processing_time,
+                      needs_times=on_timer is not None,
+                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                      memory_budget_mb=memory_budget_mb,
+                      bottommost_bloom_filters=bottommost_bloom_filters,
+                      allow_pickle=allow_pickle)
 
-    def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
         ctx = GroupContext(task)
         backend = task.backend
         sink = _Output(cfg.output_cols)
-        if not spark_sorts:
-            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
-        for k, rows in _iter_groups(batches, cfg.key_cols, task.partition_id):
+        for k, rows in groups:
             backend.set_current_key(k)
             ctx.key = k
             yield from sink.add(func(k, rows, ctx))
@@ -275,10 +314,7 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                     yield from sink.add(on_timer(timer.key, timer, ctx))
         yield from sink.flush()
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        yield from guarded(cfg, lambda task: body(task, batches))
-
-    return routed.mapInPandas(run, out)
+    return run_stateful(df, cfg, out, body, grouped=True)
 
 
 def map_with_state(df: DataFrame, key: str | Sequence[str],
@@ -300,25 +336,18 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
     behave as in ``apply_with_state``; a partition without rows commits its version without
     calling ``func``."""
     out = _schema(df, schema)
-    needs_times = any(getattr(d, "ttl", None) for d in states)
-    facts = _batch_facts(df, batch_id, None, None, query_checkpoint, needs_times)
-    cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
-                  out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                  memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
-                  **facts)
-    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism, every_partition=True)
+    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
+                      num_partitions=num_partitions, max_parallelism=max_parallelism,
+                      operator_id=operator_id, query_checkpoint=query_checkpoint,
+                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                      memory_budget_mb=memory_budget_mb,
+                      bottommost_bloom_filters=bottommost_bloom_filters,
+                      allow_pickle=allow_pickle)
 
-    def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        parts = [p for p in (_data_rows(b, task.partition_id) for b in batches) if len(p)]
+    def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         sink = _Output(cfg.output_cols)
-        if parts:
-            rows = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-            check_no_null_keys(rows, cfg.key_cols)
-            yield from sink.add(func(rows.reset_index(drop=True), BatchContext(task)))
+        for rows in partition:
+            yield from sink.add(func(rows, BatchContext(task)))
         yield from sink.flush()
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        yield from guarded(cfg, lambda task: body(task, batches))
-
-    return routed.mapInPandas(run, out)
+    return run_stateful(df, cfg, out, body, grouped=False)
