@@ -17,9 +17,9 @@ from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapSt
                           StateKind, ValueStateDescriptor)
 from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointNotFoundError,
                      CorruptionError, IllegalStoreStateError, IncompatibleStateError,
-                     KeyGroupOutOfRangeError, KeyTypeError, NoCurrentKeyError, NullElementError,
-                     PickleNotAllowedError, SerializationError, StateEngineError,
-                     StateRegistrationError, StorageError, UnknownStateError)
+                     KeyGroupOutOfRangeError, KeyTypeError, MixedTypesError, NoCurrentKeyError,
+                     NullElementError, PickleNotAllowedError, SerializationError,
+                     StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
 from .functions import AggregateFunction
 from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
@@ -41,6 +41,7 @@ __all__ = [
     "IllegalStoreStateError", "IncompatibleStateError", "KeyGroupOutOfRangeError",
     "KeyGroupRange", "KeyTypeError",
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
+    "MixedTypesError",
     "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
     "ReducingStateDescriptor", "SerializationError", "SortedMapState",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",

@@ -200,6 +200,22 @@ cdef class NativeBackend:
         self._leave()
         return n
 
+    def _native_metrics(self) -> dict:
+        """RocksDB's figures for this backend (see csrc/db_metrics.h); no data is scanned."""
+        cdef CDbMetrics m
+        cdef CStatus st
+        cdef CStateDB* db = self._enter()
+        try:
+            with nogil:
+                st = CCollectDbMetrics(db, &m)
+        finally:
+            self._leave()
+        check_status(st)
+        return {"estimated_keys": m.estimated_keys, "live_sst_bytes": m.live_sst_bytes,
+                "sst_files": m.sst_files, "memtable_bytes": m.memtable_bytes,
+                "table_reader_bytes": m.table_reader_bytes, "pinned_bytes": m.pinned_bytes,
+                "pending_compaction_bytes": m.pending_compaction_bytes}
+
     cdef inline int check_key(self) except -1:
         if self._closed:
             self._check_open()

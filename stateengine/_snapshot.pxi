@@ -256,13 +256,16 @@ def timer_next_timestamp(NativeBackend backend, int cf):
 
 # ---- decoding stored values for state readers --------------------------------------------
 
-def decode_stored_value(str kind, int codec, bytes data, PickleGate gate=None):
+def decode_stored_value(str kind, int codec, bytes data, PickleGate gate=None,
+                        RowCodec row=None):
     """The Python value of a stored RocksDB value of a state of the given kind; a pickle goes
-    to gate (None refuses it)."""
+    to gate (None refuses it); row decodes the values of a typed state."""
     cdef const char* p = PyBytes_AS_STRING(data)
     cdef size_t n = <size_t>PyBytes_GET_SIZE(data)
     if kind == "list":
-        return decode_list(<CCodec>codec, p, n, gate_ref(gate))
+        return decode_list(<CCodec>codec, row, p, n, gate_ref(gate))
     if kind == "map" or kind == "sorted_map":
-        return _decode_map_value(<CCodec>codec, p, n, gate_ref(gate))
+        return _decode_map_value(<CCodec>codec, row, p, n, gate_ref(gate))
+    if row is not None:
+        return row.decode_whole(p, n)
     return decode_whole(<CCodec>codec, p, n, gate_ref(gate))

@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, overload
 
 from typing import Sequence
 
@@ -28,7 +28,9 @@ from .checkpoint.handles import HANDLE_SUFFIX, FullSnapshotHandle, IncrementalHa
 from .checkpoint.incremental import IncrementalCheckpointer
 from .checkpoint.restore import restore_backend
 from .checkpoint.storage import CheckpointStorage, as_storage
-from .descriptors import StateDescriptor, StateKind, check_no_pickle, validate_state_name
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          StateKind, ValueStateDescriptor, check_no_pickle, validate_state_name)
 from .functions import merge_operator_of
 from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
                      UnknownStateError)
@@ -53,6 +55,9 @@ _FIELD_NAMES = {"value_codec": "value serializer", "namespace_codec": "namespace
                 "native_op": "native function"}
 
 
+# Attributes that must agree as exactly as the fixed fields (the schemas of typed states).
+_SCHEMA_ATTRIBUTES = {"value_schema": "values", "user_key_schema": "user keys"}
+
 _FUNCTION_NAMES = {0: "none (a Python function or no function)", 1: "native SUM",
                    2: "native MIN", 3: "native MAX", 4: "native COUNT"}
 _MERGE_NAMES = {0: "none", 1: "list append", 2: "native numeric"}
@@ -74,6 +79,12 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
             return (f"state '{name}' has {what} {names.get(have.get(field), have.get(field))} but "
                     f"the descriptor asks for {names.get(want.get(field), want.get(field))}; keep "
                     f"the function kind or use another state name")
+    for attr, what in _SCHEMA_ATTRIBUTES.items():
+        if have.get(attr) != want.get(attr):
+            return (f"state '{name}' stores {what} of schema {have.get(attr) or '(none)'} but the "
+                    f"descriptor declares {want.get(attr) or '(none)'}; typed state keeps its "
+                    f"schema for life (no schema evolution): declare the same schema or use "
+                    f"another state name")
     return None
 
 
@@ -244,11 +255,34 @@ class KeyedStateBackend(_native.NativeBackend):
             self._native_set_key_codecs(codecs, bool(key_is_tuple))
         elif tuple(self.key_codecs) != codecs or self.key_is_tuple != bool(key_is_tuple):
             names = lambda cs: ", ".join(serializers.codec_name(c) for c in cs)  # noqa: E731
+            written = [serializers.codec_name(c) for c in codecs]
+            hint = repr(tuple(written)) if key_is_tuple else repr(written[0])
             raise IncompatibleStateError(
                 f"{source} holds keys of type ({names(codecs)}) but this backend's keys are "
-                f"({names(self.key_codecs)})")
+                f"({names(self.key_codecs)}): the key type changed since the checkpoint was "
+                f"written. Open it with key_type={hint} (the type it was written with), or "
+                f"keep the new key type in a new checkpoint location; to convert the state, "
+                f"read it with stateengine.spark.read_state, cast the key column and write it "
+                f"with bootstrap_state")
 
     # ---- registration -----------------------------------------------------------------------
+
+    # One overload per descriptor kind, so that editors and type checkers know the handle's
+    # methods (SortedMap before Map: it is a subclass).
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: SortedMapStateDescriptor) -> SortedMapState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    @overload
+    def get_state(self, descriptor: StateDescriptor) -> Any: ...
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The handle of the state ``descriptor`` describes, registering it on first use."""
@@ -275,11 +309,15 @@ class KeyedStateBackend(_native.NativeBackend):
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
+        if descriptor.value_schema is not None:
+            handle._set_value_row(_native.row_codec(descriptor.value_schema))
         kind = descriptor.kind
         if kind is StateKind.VALUE:
             handle._set_default(descriptor.default)
         elif kind in (StateKind.MAP, StateKind.SORTED_MAP):
-            handle._set_user_key_codec(int(descriptor.user_key_codec))
+            uk_schema = descriptor.user_key_schema
+            handle._set_user_key_codec(int(descriptor.user_key_codec),
+                                       None if uk_schema is None else _native.row_codec(uk_schema))
         elif kind is StateKind.REDUCING:
             handle._set_function(descriptor.reduce_function, descriptor.native)
         elif kind is StateKind.AGGREGATING:
@@ -425,6 +463,17 @@ class KeyedStateBackend(_native.NativeBackend):
         self.operator_state._sealed = None
 
     # ---- lifecycle --------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, int]:
+        """What this backend holds now, from RocksDB's own figures (nothing is scanned):
+        ``estimated_keys`` (entries over every state, RocksDB's estimate), ``live_sst_bytes``
+        and ``sst_files`` (the files a checkpoint would reference), ``memtable_bytes`` (not yet
+        flushed), ``table_reader_bytes`` (index and filter blocks outside the cache),
+        ``pending_compaction_bytes``, ``pinned_bytes`` (pinned in the block cache, which all
+        backends of the process share) and ``states`` (registered states and timers)."""
+        m = self._native_metrics()
+        m["states"] = len(self._cf_index)
+        return m
 
     def close(self) -> None:
         """Cancels running snapshots, then closes RocksDB; every later call on the backend or

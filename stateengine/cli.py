@@ -15,6 +15,9 @@ version is used; if it is damaged that is an error, never a quiet fall back to a
 with that key. Exit status 1 means the checkpoint, operator or version is missing (the message
 lists what exists) or damaged (the message names the file); 0 means all was read and checked.
 
+Typed states (a Spark schema in the descriptor) print their values as JSON objects with the
+schema's field names; decimals, dates and timestamps as text, binary as base64.
+
 Nothing is unpickled unless you pass --allow-pickle (unpickling runs code from the checkpoint):
 without it, ``dump`` prints a pickled value (a value_type="pickle" state, or a value an
 earlier version pickled) as {"pickled": "<base64>", "bytes": N}.
@@ -30,7 +33,7 @@ import sys
 import tempfile
 from typing import Any
 
-from . import _native
+from . import _native, sparktypes
 from .backend import KeyedStateBackend
 from .checkpoint.documents import resolve_key
 from .checkpoint.meta import HEADER, SnapshotMeta
@@ -69,6 +72,14 @@ def _operators(storage: CheckpointStorage) -> list[str]:
                                                    for n in names):
                 out.append(info.base_name)
     return sorted(out)
+
+
+def _row_codec(schema: str | None) -> Any:
+    return None if schema is None else _native.row_codec(sparktypes.parse_ddl(schema))
+
+
+def _typed_json(row: Any, value: Any) -> Any:
+    return sparktypes.to_json_value(row.type, value)
 
 
 def _catalog(args: argparse.Namespace) -> VersionCatalog:
@@ -230,6 +241,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
             names = ", ".join(m["name"] for m in h.states if not m["name"].startswith("__"))
             raise StateEngineError(f"version {version} has no state '{args.state}' (states: {names})")
         has_uk = meta["kind"] in ("map", "sorted_map")
+        value_row, uk_row = (_row_codec(meta.get(a)) for a in ("value_schema", "user_key_schema"))
         scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
         try:
             backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
@@ -240,15 +252,22 @@ def cmd_dump(args: argparse.Namespace) -> int:
                         return 0
                     kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"],
                                                                has_uk)
-                    row = {"key_group": kg, "key": key,
-                           "namespace": _native.decode_for_codec(meta["namespace_codec"], ns,
-                                                                 gate)}
+                    row = _json({"key_group": kg, "key": key,
+                                 "namespace": _native.decode_for_codec(meta["namespace_codec"],
+                                                                       ns, gate)})
                     if has_uk:
-                        row["user_key"] = _native.decode_for_codec(meta["user_key_codec"], uk,
-                                                                   gate)
-                    row["value"] = _native.decode_stored_value(meta["kind"], meta["value_codec"],
-                                                               raw_value, gate)
-                    print(json.dumps(_json(row)))
+                        row["user_key"] = (
+                            _typed_json(uk_row, uk_row.decode_bytes(uk)) if uk_row else
+                            _json(_native.decode_for_codec(meta["user_key_codec"], uk, gate)))
+                    value = _native.decode_stored_value(meta["kind"], meta["value_codec"],
+                                                        raw_value, gate, value_row)
+                    if value_row is None:
+                        row["value"] = _json(value)
+                    elif meta["kind"] == "list":
+                        row["value"] = [_typed_json(value_row, e) for e in value]
+                    else:
+                        row["value"] = _typed_json(value_row, value)
+                    print(json.dumps(row, ensure_ascii=False))
                     printed += 1
             finally:
                 backend.dispose()

@@ -11,9 +11,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, ClassVar
 
-from . import serializers
+from . import serializers, sparktypes
 from .aggregates import NativeAggregate
-from .errors import StateRegistrationError
+from .errors import SerializationError, StateRegistrationError
 from .functions import AggregateFunction
 from .reducers import NativeReducer
 from .serializers import Codec
@@ -89,18 +89,24 @@ def check_no_pickle(descriptor: StateDescriptor) -> None:
 
 class StateDescriptor:
     """Base of all descriptors. ``namespace_type=None`` means the state only uses the default
-    namespace; anything else (e.g. ``int`` or ``object``) enables ``set_current_namespace``."""
+    namespace; anything else (e.g. ``int`` or ``object``) enables ``set_current_namespace``.
+
+    ``value_type`` may be a Spark schema: a DDL string (``"count long, last string, seen
+    array<long>"``) or a pyspark ``DataType`` such as a ``StructType``. Values are then tuples
+    (or pyspark Rows, or dicts keyed by field name) of that schema, stored by the typed row
+    codec; ``value()`` returns tuples. See the README's "Typed state"."""
 
     kind: ClassVar[StateKind]
 
     def __init__(self, name: str, value_type: Any = None, namespace_type: Any = None) -> None:
         self.name = validate_state_name(name)
         self.value_type = value_type
-        self.value_codec = serializers.value_codec(value_type)
+        self.value_codec, self.value_schema = serializers.typed_codec(value_type, "value_type")
         self.namespace_type = namespace_type
         self.namespace_codec = serializers.namespace_codec(namespace_type)
 
     user_key_codec: Codec = Codec.VOID
+    user_key_schema: sparktypes.DataType | None = None
 
     def merge_spec(self) -> tuple[int, int, int]:
         """(merge kind, native op, numeric codec) of the column family."""
@@ -116,6 +122,10 @@ class StateDescriptor:
             "user_key_codec": int(self.user_key_codec),
             "merge": kind,
             "native_op": op,
+            # Attributes (persisted beside the fixed fields): the schemas of typed states.
+            **({"value_schema": self.value_schema.canonical()} if self.value_schema else {}),
+            **({"user_key_schema": self.user_key_schema.canonical()}
+               if self.user_key_schema else {}),
         }
 
     def __repr__(self) -> str:
@@ -131,6 +141,15 @@ class ValueStateDescriptor(StateDescriptor):
                  namespace_type: Any = None) -> None:
         super().__init__(name, value_type, namespace_type)
         self.default = default
+        if self.value_schema is not None and default is not None:
+            from . import _native
+
+            try:  # a default the schema cannot hold would fail every get_many
+                _native.row_codec(self.value_schema).encode_bytes(default)
+            except SerializationError as e:
+                raise StateRegistrationError(
+                    f"state '{name}': the default {default!r:.80} does not fit the value schema "
+                    f"{self.value_schema}: {e}") from None
 
 
 class ListStateDescriptor(StateDescriptor):
@@ -151,7 +170,13 @@ class MapStateDescriptor(StateDescriptor):
                  namespace_type: Any = None) -> None:
         super().__init__(name, value_type, namespace_type)
         self.user_key_type = user_key_type
-        self.user_key_codec = serializers.map_user_key_codec(user_key_type)
+        self.user_key_codec, self.user_key_schema = serializers.typed_codec(user_key_type,
+                                                                            "user_key_type")
+        if self.user_key_schema is not None and sparktypes.contains_map(self.user_key_schema):
+            raise StateRegistrationError(
+                f"state '{name}': user keys must compare by value, and a map type in the user "
+                f"key schema {self.user_key_schema} has no canonical order; use an array of "
+                f"key/value structs instead")
 
 
 class SortedMapStateDescriptor(MapStateDescriptor):

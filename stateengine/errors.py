@@ -80,3 +80,17 @@ class SnapshotCancelledError(StateEngineError):
 class PickleNotAllowedError(StateEngineError, RuntimeError):
     """Stored data is a pickle and the reader did not pass ``allow_pickle=True``. Unpickling
     runs code chosen by whoever wrote the checkpoint, so it happens only on opt-in."""
+
+
+class MixedTypesError(StateEngineError, TypeError):
+    """The values of a default-serializer state have no single Spark type to read them as
+    (``read_state``); pass the type (``value_type=``...) explicitly."""
+
+
+class StreamingBatchError(StateEngineError, RuntimeError):
+    """A task cannot tell which micro-batch it runs in: no batch id where one is needed, or a
+    streaming query's offset log that is missing, unreadable or belongs to another query."""
+
+
+class WorkerEnvironmentError(StateEngineError, RuntimeError):
+    """Spark's Python workers cannot import stateengine (raised on the driver, before a job)."""

@@ -19,15 +19,21 @@ import tempfile
 import time
 import uuid
 from enum import Enum
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, overload
 
 from .backend import KeyedStateBackend
 from .checkpoint.documents import resolve_key
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
-from .descriptors import StateDescriptor, check_no_pickle
-from .errors import IllegalStoreStateError, StateEngineError
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          ValueStateDescriptor, check_no_pickle)
+from .errors import CheckpointNotFoundError, IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+
+if TYPE_CHECKING:
+    from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
+                        ValueState)
 
 
 class StoreState(str, Enum):
@@ -92,6 +98,7 @@ class StateStoreProvider:
         self._local_root = local_dir or default_local_dir()
         self._backend: KeyedStateBackend | None = None
         self._backend_version: int | None = None  # version the open backend holds, if clean
+        self._first_version = 0  # the version this partition's state began at (see _load)
         self.last_load: dict[str, Any] = {}
         self.catalog.check_properties(max_parallelism)
 
@@ -105,7 +112,12 @@ class StateStoreProvider:
         return self.catalog.latest_version(self.key_group_range)
 
     def get_store(self, version: int) -> "StateStore":
-        """A store holding ``version`` (0 is the empty state), ready for updates."""
+        """A store holding ``version``, ready for updates.
+
+        Version 0 is the empty state, and so is the first version of an operator without any
+        committed state (a job that adds stateengine at batch 41 starts from empty state at
+        version 41). Once state exists, every other version must be restorable: a missing one
+        is ``CheckpointNotFoundError``, never an empty start."""
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be an int >= 0, got {version!r}")
         started = time.perf_counter()
@@ -125,7 +137,8 @@ class StateStoreProvider:
         os.makedirs(self._local_root, exist_ok=True)
         path = os.path.join(self._local_root, f"{self.operator_id}-p{self.partition_id}-of-"
                                               f"{self.num_partitions}-{uuid.uuid4().hex[:12]}")
-        if version == 0:
+        if version == 0 or self._begins_at(version):
+            self._first_version = version
             backend = KeyedStateBackend(path, self.max_parallelism, self.key_group_range,
                                         self.key_type, allow_pickle=self.allow_pickle)
             for d in self.descriptors:
@@ -139,6 +152,19 @@ class StateStoreProvider:
         backend.operator_state.operator_index = self.partition_id
         backend.operator_state.parallelism = self.num_partitions
         return backend
+
+    def _begins_at(self, version: int) -> bool:
+        """Whether ``version`` is where this operator's state begins (empty)."""
+        first = self.catalog.first_version()
+        if first is None or first == version:
+            return True  # no state yet, or another task of the first batch committed already
+        if version < first:
+            raise CheckpointNotFoundError(
+                f"version {version} of {self.catalog.describe()} is before the version its "
+                f"state began at ({first}): the batch ids of this run are older than those "
+                f"that wrote the state. Use a new checkpoint directory or operator_id for a "
+                f"query that starts over")
+        return False
 
     def _drop_backend(self) -> None:
         if self._backend is not None:
@@ -181,7 +207,23 @@ class StateStore:
     def backend(self) -> KeyedStateBackend:
         return self._backend
 
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: SortedMapStateDescriptor) -> SortedMapState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    @overload
+    def get_state(self, descriptor: StateDescriptor) -> Any: ...
+
     def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle of the state ``descriptor`` describes (see KeyedStateBackend.get_state)."""
         return self._backend.get_state(descriptor)
 
     @property
@@ -206,6 +248,9 @@ class StateStore:
         retries = p.storage.retries  # storage calls retried during this commit (retry.py)
         attempt = uuid.uuid4().hex[:12]
         try:
+            codecs = self._backend.key_codecs
+            p.catalog.write_properties(p.max_parallelism, list(codecs) if codecs else None,
+                                       p._first_version)
             handle = self._backend.checkpoint(
                 new_version, p.storage,
                 private_dir=p.catalog.private_dir(new_version, p.partition_id, p.num_partitions, attempt),
@@ -220,7 +265,6 @@ class StateStore:
             self._abort_backend()
             raise
         self._backend.notify_checkpoint_complete(new_version)
-        p.catalog.write_properties(p.max_parallelism, handle.key_codecs)
         self.state = StoreState.COMMITTED
         self._backend._seal(f"Cannot put after already committed or aborted ({self})")
         p._backend_version = new_version

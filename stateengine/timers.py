@@ -29,6 +29,7 @@ from typing import Any, Iterator, Protocol
 
 from . import _native
 from .errors import StateEngineError
+from .times import to_millis
 
 
 class TimerHost(Protocol):
@@ -98,10 +99,16 @@ class Timer:
 
 
 class TimerService:
-    """Timers of one backend. Obtain it as ``backend.timer_service``."""
+    """Timers of one backend. Obtain it as ``backend.timer_service``.
+
+    Timestamps are int milliseconds; ``datetime``, ``pandas.Timestamp`` and ``numpy.datetime64``
+    are converted (``stateengine.times.to_millis``). Values without a time zone are read in
+    ``naive_time_zone`` (stateengine.spark sets Spark's session time zone), and refused while
+    it is None."""
 
     def __init__(self, backend: TimerHost) -> None:
         self._backend = backend
+        self.naive_time_zone: str | None = None
         self._watermark = _MIN_TS
         self._processing_time = _MIN_TS
         self._firing: dict[str, _Firing] = {}
@@ -119,16 +126,16 @@ class TimerService:
 
     def register_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
         """Fires when the watermark reaches timestamp, for the current key."""
-        self._put(EVENT_TIME_CF, _ts(timestamp), namespace, False)
+        self._put(EVENT_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, False)
 
     def delete_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        self._put(EVENT_TIME_CF, _ts(timestamp), namespace, True)
+        self._put(EVENT_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, True)
 
     def register_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        self._put(PROCESSING_TIME_CF, _ts(timestamp), namespace, False)
+        self._put(PROCESSING_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, False)
 
     def delete_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
-        self._put(PROCESSING_TIME_CF, _ts(timestamp), namespace, True)
+        self._put(PROCESSING_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, True)
 
     def _put(self, name: str, timestamp: int, namespace: Any, delete: bool) -> None:
         cf = self._cf(name)
@@ -161,12 +168,14 @@ class TimerService:
         advance ends), deleted ones do not fire, and stopping early keeps the timers not yet
         fired.
         """
-        self._watermark = max(self._watermark, _ts(watermark))
+        watermark = _ts(watermark, self.naive_time_zone)
+        self._watermark = max(self._watermark, watermark)
         return self._fire(EVENT_TIME_CF, watermark)
 
     def advance_processing_time(self, time: int) -> Iterator[Timer]:
         """Fires every processing-time timer with timestamp <= time, in time order."""
-        self._processing_time = max(self._processing_time, _ts(time))
+        time = _ts(time, self.naive_time_zone)
+        self._processing_time = max(self._processing_time, time)
         return self._fire(PROCESSING_TIME_CF, time)
 
     def _fire(self, name: str, up_to: int) -> Iterator[Timer]:
@@ -237,14 +246,7 @@ class TimerService:
         return self._backend._native_count(self._cf(PROCESSING_TIME_CF))
 
 
-def _ts(timestamp: Any) -> int:
-    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
-        try:
-            import numpy as np
-
-            if isinstance(timestamp, np.integer):
-                return int(timestamp)
-        except ImportError:  # pragma: no cover
-            pass
-        raise TypeError(f"timer timestamps are int milliseconds, got {type(timestamp).__name__}")
-    return timestamp
+def _ts(timestamp: Any, naive_zone: str | None = None) -> int:
+    if type(timestamp) is int:
+        return timestamp
+    return to_millis(timestamp, "a timer timestamp", naive_zone)

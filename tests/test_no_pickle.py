@@ -27,7 +27,7 @@ from stateengine import (AggregatingStateDescriptor, KeyedStateBackend, ListStat
                          ReducingStateDescriptor, SortedMapStateDescriptor, StateRegistrationError,
                          StateStoreProvider, ValueStateDescriptor, _native, reducers)
 from stateengine.checkpoint.handles import FileRef
-from stateengine.checkpoint.meta import FIXED_STATE_FIELDS, KIND_IDS, SnapshotMeta
+from stateengine.checkpoint.meta import SnapshotMeta
 from stateengine.cli import main as cli
 from tests.user_functions import Average
 
@@ -167,38 +167,22 @@ def planted(tmp_path_factory):
     return out
 
 
-def format_1_meta(meta: SnapshotMeta) -> bytes:
-    """The meta block as format 1 wrote it: format 3's layout without the per-state
-    attributes length (none of these states has attributes)."""
-    assert all(set(s) == set(FIXED_STATE_FIELDS) for s in meta.states)
-    codecs = meta.key_codecs or ()
-    body = struct.pack(">iBB", meta.max_parallelism, meta.key_is_tuple, len(codecs))
-    body += bytes(codecs) + struct.pack(">BH", 1 if meta.compressed else 0, len(meta.states))
-    for sid, st in enumerate(meta.states):
-        name = st["name"].encode("utf-8")
-        body += struct.pack(">HH", sid, len(name)) + name
-        body += struct.pack(">6B", KIND_IDS[st["kind"]], st["value_codec"], st["namespace_codec"],
-                            st["user_key_codec"], st["merge"], st["native_op"])
-    return struct.pack(">4sHI", b"SEKS", 1, len(body)) + body
-
-
 def as_format_1(handle):
-    """A copy of a full snapshot whose meta block is format 1 (the sections are the same, so
-    every key-group offset moves by the meta block's change in length)."""
+    """A copy of a full snapshot whose meta block is rewritten in format 1 (the sections are
+    the same; their offsets move by the change of the meta block's length). The handle is
+    built as an object: a sealed handle dict cannot be edited without failing its checksum."""
     src = os.path.join(handle.root, handle.file.path)
     with open(src, "rb") as f:
         data = f.read()
-    meta, end = SnapshotMeta.decode(data[:handle.meta_length])
-    assert meta.format_version == 3 and end == handle.meta_length
-    head = format_1_meta(meta)
-    data = head + data[end:]
-    shift = len(head) - end
+    meta, old_len = SnapshotMeta.decode(data[:handle.meta_length])
+    head = meta.encode(version=1)
+    data = head + data[old_len:]
     rel = handle.file.path + "-format1"
     with open(os.path.join(handle.root, rel), "wb") as f:
         f.write(data)
     return dataclasses.replace(
         handle, file=FileRef(rel, len(data), _native.crc32c(data)), meta_length=len(head),
-        offsets={kg: off + shift for kg, off in handle.offsets.items()})
+        offsets={kg: off - old_len + len(head) for kg, off in handle.offsets.items()})
 
 
 def restored(planted, kind: str, tmp_path, **kw) -> KeyedStateBackend:

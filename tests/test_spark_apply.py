@@ -1,5 +1,8 @@
 """Stateful pandas functions in Spark tasks: batches, failures, replays and rescaling."""
 
+import datetime
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -131,6 +134,66 @@ def test_timers_close_sessions_when_the_watermark_passes(spark, tmp_path):
                                ck, b, num_partitions=2, on_timer=on_timer, watermark=wm)
         fired.append(sorted((r.user, r.start, r.fired) for r in out.collect()))
     assert fired == [[], [(1, 0, 150)], [(2, 10, 220), (3, 130, 500)]]
+
+
+def test_an_empty_batch_commits_every_partition_and_fires_the_timers_due(spark, tmp_path):
+    """An empty DataFrame (Spark would plan no task for it) still commits version
+    batch_id + 1 of every partition and fires what the new watermark made due. Times may be
+    datetimes and pandas Timestamps (naive ones in the session time zone, UTC here)."""
+    ck = str(tmp_path / "ck")
+    seen = ValueStateDescriptor("seen", value_type=int, default=0)
+
+    def fn(user, rows, ctx):
+        # the routing's marker rows must not turn int columns into floats
+        assert rows["user"].dtype == np.int64 and rows["t"].dtype == np.int64, rows.dtypes
+        ctx.state("seen").update(ctx.state("seen").value() + len(rows))
+        ctx.timers.register_event_time_timer(int(rows["t"].max()) + 100)
+        return [(user, "event", int(rows["t"].max()))]
+
+    def on_timer(user, timer, ctx):
+        return [(user, "timer", timer.timestamp)]
+
+    schema = "user bigint, kind string, at bigint"
+    pdf = pd.DataFrame({"user": [1, 2, 3, 4, 5], "t": [10, 20, 30, 40, 1_000]})
+    first = apply_with_state(spark.createDataFrame(pdf), "user", fn, schema, [seen], ck, 0,
+                             num_partitions=3, on_timer=on_timer,
+                             watermark=datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc))
+    assert sorted(r.user for r in first.collect()) == [1, 2, 3, 4, 5]
+    empty = spark.createDataFrame([], "user bigint, t bigint")
+    fired = apply_with_state(empty, "user", fn, schema, [seen], ck, 1, num_partitions=3,
+                             on_timer=on_timer, watermark=pd.Timestamp("1970-01-01 00:00:00.500"))
+    assert sorted((r.user, r.at) for r in fired.collect()) == [(1, 110), (2, 120), (3, 130),
+                                                               (4, 140)]
+    manifests = set(os.listdir(os.path.join(ck, "default", "v2")))
+    assert {f"p{p:05d}-of-00003.json" for p in range(3)} <= manifests
+    later = apply_with_state(empty, "user", fn, schema, [seen], ck, 2, num_partitions=3,
+                             on_timer=on_timer, watermark=np.datetime64("1970-01-01T00:00:02"))
+    assert [(r.user, r.at) for r in later.collect()] == [(5, 1_100)]
+    with pytest.raises(TypeError, match="watermark must be int milliseconds since the epoch, "
+                                        "datetime, pandas.Timestamp or numpy.datetime64"):
+        apply_with_state(empty, "user", fn, schema, [seen], ck, 3, num_partitions=3,
+                         on_timer=on_timer, watermark="2024-01-01")  # refused on the driver
+
+
+def test_a_new_operator_starts_at_any_batch_id_but_never_skips_a_version(spark, tmp_path):
+    """Adding stateengine to a query whose batch ids are past 0 starts from empty state; once
+    state exists, a batch whose version is missing fails instead of starting over."""
+    from stateengine import CheckpointNotFoundError
+
+    ck = str(tmp_path / "ck")
+    df = spark.createDataFrame(pd.DataFrame({"user": ["a", "b"], "amount": [1, 2],
+                                             "kind": ["x", "y"]}))
+
+    def run(batch_id):
+        return {r.user: r["count"] for r in apply_with_state(
+            df, "user", count_and_total(), OUT, [COUNT, TOTAL, LAST], ck, batch_id,
+            num_partitions=2).collect()}
+
+    assert run(41) == {"a": 1, "b": 1}
+    assert run(42) == {"a": 2, "b": 2}
+    assert run(41) == {"a": 1, "b": 1}  # a replay of the first batch starts empty again
+    with pytest.raises(Exception, match=CheckpointNotFoundError.__name__):
+        run(44)  # version 44 was never committed: an error, not an empty start
 
 
 def test_backend_stays_open_when_the_same_worker_continues_a_partition(spark, tmp_path):

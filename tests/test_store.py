@@ -243,6 +243,36 @@ def test_version_zero_is_empty_and_latest_version(tmp_path):
     other.close()
 
 
+def test_state_begins_empty_at_any_first_version_and_never_skips_a_missing_one(tmp_path):
+    """A job that adds state at batch 41 starts from empty state at version 41; all its
+    partitions do, in any order. Once state exists, a missing version is an error, never an
+    empty start, and a version before the first one is refused."""
+    from stateengine import assign_key_group
+
+    first, second = provider(tmp_path, 0, 2), provider(tmp_path, 1, 2, local="l1")
+    key = next(k for k in (f"k{i}" for i in range(100))
+               if first.key_group_range.contains(assign_key_group(k, 128)))
+    store = first.get_store(41)
+    assert read_all(store) == {}
+    write(store, key, 1)
+    assert store.commit() == 42
+    late = second.get_store(41)  # the other partition of batch 41, after the first committed
+    assert read_all(late) == {}
+    late.commit()
+    doc = json.loads((tmp_path / "cp" / "agg" / "_operator.json").read_text())
+    assert doc["first_version"] == 41
+    other = provider(tmp_path, 0, 2, local="other")
+    assert read_all(other.get_store(42)) == {key: (1, ["e1"], {"last": 1})}
+    assert read_all(other.get_store(41)) == {}  # batch 41 replayed: empty again, by definition
+    with pytest.raises(CheckpointNotFoundError, match=r"version 44 .*versions present: 42"):
+        other.get_store(44)
+    with pytest.raises(CheckpointNotFoundError, match=r"version 40 .*before the version its "
+                                                      r"state began at \(41\)"):
+        other.get_store(40)
+    for p in (first, second, other):
+        p.close()
+
+
 def test_backend_is_reused_between_consecutive_versions(tmp_path):
     with provider(tmp_path) as prov:
         store = prov.get_store(0)

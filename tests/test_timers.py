@@ -10,9 +10,11 @@ ends (in Flink, a timer that re-registers itself fires forever).
 
 from __future__ import annotations
 
+import datetime
 import random
 
 import numpy as np
+import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
@@ -289,15 +291,27 @@ def test_next_event_time_and_timers_of_a_sub_range(tmp_path, max_parallelism, st
     b.dispose()
 
 
-def test_timestamps_must_be_ints(backend):
+def test_timestamps_are_ints_or_points_in_time(backend):
     backend.set_current_key(1)
     ts = backend.timer_service
-    for bad in (1.5, "10", None, True):
-        with pytest.raises(TypeError):
+    for bad in (1.5, "10", None, True, datetime.date(2024, 1, 1)):
+        with pytest.raises(TypeError, match="int milliseconds since the epoch, datetime"):
             ts.register_event_time_timer(bad)
+    with pytest.raises(ValueError, match="has no time zone"):  # which instant is unknown
+        ts.register_event_time_timer(datetime.datetime(2024, 1, 1))
     ts.register_event_time_timer(np.int64(12))
     ts.register_processing_time_timer(np.int32(13))
     assert ts.next_event_time() == 12 and ts.next_processing_time() == 13
+    utc = datetime.timezone.utc
+    ts.register_event_time_timer(datetime.datetime(1970, 1, 1, 0, 0, 1, tzinfo=utc))
+    ts.register_event_time_timer(pd.Timestamp("1970-01-01 00:00:02", tz="Europe/Paris"))
+    ts.naive_time_zone = "UTC"  # stateengine.spark sets Spark's session time zone
+    ts.register_event_time_timer(pd.Timestamp("1970-01-01 00:00:03.0049"))
+    ts.delete_event_time_timer(datetime.datetime(1970, 1, 1, 0, 0, 1, tzinfo=utc))
+    due = ts.advance_watermark(pd.Timestamp("1970-01-01 00:01"))
+    # Paris was UTC+1 then; sub-millisecond parts are floored, as Spark floors microseconds
+    assert [t.timestamp for t in due] == [2_000 - 3_600_000, 12, 3_004]
+    assert ts.current_watermark == 60_000
 
 
 def test_timers_without_a_key_type_yet(tmp_path):

@@ -2,7 +2,8 @@
 
 Layout under the checkpoint root::
 
-    <operator>/_operator.json                  max parallelism and key type (first commit)
+    <operator>/_operator.json                  max parallelism, key type and the version the
+                                               state began at (written by the first commit)
     <operator>/shared/<ms>-<uuid>.sst          SST files, shared by incremental checkpoints
     <operator>/v<V>/p<P>-of-<N>.json           manifest of partition P of N: the commit point
     <operator>/v<V>/p<P>-of-<N>-<attempt>/     that commit's private files
@@ -127,14 +128,33 @@ class VersionCatalog:
                 f"fixed for the life of the state (rescale with num_partitions instead)")
         return props
 
-    def write_properties(self, max_parallelism: int, key_codecs: list[int] | None) -> None:
+    def write_properties(self, max_parallelism: int, key_codecs: list[int] | None,
+                         first_version: int = 0) -> None:
+        """Written once, by the first commit, before its manifest: a reader that finds a
+        manifest always finds the properties. ``first_version`` is the version the operator's
+        state began at, empty (an operator added to a running query begins past 0)."""
         if self._properties_written:  # written once per operator: no request per commit
             return
         rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
         if not self.storage.exists(rel):
-            doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs}
+            doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs,
+                   "first_version": first_version}
             self.storage.write_atomic(rel, docs.dumps(docs.seal(doc, self.hmac_key)))
         self._properties_written = True
+
+    def first_version(self) -> int | None:
+        """The version this operator's state began at, empty (None: no state was ever
+        committed, so it may begin at any version). Checkpoints from before this field
+        began at 0."""
+        props = self.properties()
+        if props is None:
+            return 0 if self.versions() else None
+        raw = props.get("first_version", 0)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
+            raise CorruptionError(f"{self.storage.describe(rel)} names first version "
+                                  f"{raw!r}, not an int >= 0; it is corrupted")
+        return raw
 
     # ---- reading ---------------------------------------------------------------------------
 

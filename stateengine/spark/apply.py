@@ -5,10 +5,17 @@ DataFrame) and the context's state handles bound to the key. ``map_with_state`` 
 ``func(rows, ctx)`` once per partition with all its rows, for code that uses the batch state
 operations (numpy in, numpy out) and never loops over keys in Python.
 
-Both return a lazy DataFrame. Computing it runs one Spark task per partition that loads state
-version ``batch_id``, runs the function and commits version ``batch_id + 1``; computing it again
-(or replaying a batch id after a failure) reloads ``batch_id`` and yields the same committed
-state, so nothing is counted twice. Cache the result if you use it more than once.
+Both return a lazy DataFrame of the same kind as their input. Computing it runs one Spark task
+per partition that loads state version ``batch_id``, runs the function and commits version
+``batch_id + 1``; computing it again (or replaying a batch id after a failure) reloads
+``batch_id`` and yields the same committed state, so nothing is counted twice. Cache the result
+if you use it more than once.
+
+On a streaming DataFrame the result is a streaming DataFrame: the stateful step is part of the
+query, and each micro-batch's tasks take the batch id from Spark (``streaming.sql.batchId``)
+and, given the query's checkpoint location, its watermark and timestamp from the query's
+offset log (``batch.py``). Every partition runs a task in every batch, empty ones included, so
+each commits its version and fires the timers that came due (``routing.with_every_partition``).
 
 Functions may return a pandas DataFrame, a list of row tuples (in schema order), or None.
 """
@@ -16,6 +23,9 @@ Functions may return a pandas DataFrame, a list of row tuples (in schema order),
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numbers
+import os
 
 import numpy as np
 import pandas as pd
@@ -25,10 +35,13 @@ from pyspark.sql import types as T
 from ..checkpoint.storage import CheckpointStorage
 from ..descriptors import StateDescriptor, check_no_pickle
 from ..keygroups import DEFAULT_MAX_PARALLELISM
+from ..times import to_millis
+from .batch import query_storage
 from .context import BatchContext, GroupContext
-from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, check_partition, \
-    default_num_partitions, key_codecs_for, key_columns, route
+from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
+    key_codecs_for, key_columns, partition_rows, route
 from .runtime import TaskConfig, TaskState, guarded
+from .workers import check_workers
 
 _FLUSH_ROWS = 16_384
 
@@ -43,11 +56,50 @@ def _schema(df: DataFrame, schema: T.StructType | str) -> T.StructType:
     return df.sparkSession.createDataFrame([], schema).schema
 
 
+def _batch_facts(df: DataFrame, batch_id: Any, watermark: Any, processing_time: Any,
+                 query_checkpoint: Any, needs_times: bool) -> dict[str, Any]:
+    """The batch id and times as the tasks will use them, checked on the driver: explicit
+    values (datetimes converted to ms in the session's time zone), or in a streaming query
+    Spark's own, read by each task."""
+    streaming = df.isStreaming
+    if batch_id is not None:
+        if isinstance(batch_id, bool) or not isinstance(batch_id, numbers.Integral) or \
+                batch_id < 0:
+            raise ValueError(f"batch_id must be an int >= 0, got {batch_id!r}")
+        if streaming:
+            raise ValueError(
+                f"batch_id={batch_id} was given for a streaming DataFrame, which runs once per "
+                f"micro-batch: leave batch_id out and each batch uses its own id")
+    given = [n for n, v in (("watermark", watermark), ("processing_time", processing_time))
+             if v is not None]
+    if given and query_checkpoint is not None:
+        raise ValueError(f"{' and '.join(given)} and query_checkpoint both set the batch's "
+                         f"times: pass one or the other")
+    if given and batch_id is None:
+        raise ValueError(
+            f"{' and '.join(given)} go with an explicit batch_id; without one (inside a "
+            f"streaming query) pass query_checkpoint=<the query's checkpointLocation> and each "
+            f"batch uses Spark's watermark and batch timestamp")
+    if needs_times and batch_id is None and query_checkpoint is None:
+        raise ValueError(
+            "timers (and state TTL) in a streaming query need each batch's watermark and "
+            "timestamp, which stateengine reads from the query's offset log: pass "
+            "query_checkpoint=<the checkpointLocation given to writeStream>")
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    return {
+        "batch_id": None if batch_id is None else int(batch_id),
+        "watermark": None if watermark is None else to_millis(watermark, "watermark", zone),
+        "processing_time": None if processing_time is None else
+        to_millis(processing_time, "processing_time", zone),
+        "query_checkpoint": None if query_checkpoint is None else
+        query_storage(os.fspath(query_checkpoint)).uri,
+        "time_zone": zone,
+    }
+
+
 def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescriptor],
-            checkpoint: str, batch_id: int, num_partitions: int | None, max_parallelism: int,
+            checkpoint: str, num_partitions: int | None, max_parallelism: int,
             operator_id: str, out: T.StructType, **extra: Any) -> TaskConfig:
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-        raise ValueError(f"batch_id must be an int >= 0, got {batch_id!r}")
     names = [d.name for d in states]
     if len(set(names)) != len(names):
         raise ValueError(f"state names must be unique, got {names}")
@@ -56,10 +108,12 @@ def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescr
             check_no_pickle(d)
     cols = key_columns(key)
     n = num_partitions or default_num_partitions(df.sparkSession, max_parallelism)
-    return TaskConfig(
+    cfg = TaskConfig(
         checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id, num_partitions=n,
         max_parallelism=max_parallelism, key_cols=cols, key_codecs=key_codecs_for(df, cols),
-        descriptors=list(states), batch_id=batch_id, output_cols=out.names, **extra)
+        descriptors=list(states), output_cols=out.names, **extra)
+    check_workers(df.sparkSession)
+    return cfg
 
 
 class _Output:
@@ -102,8 +156,18 @@ class _Output:
 
 
 def _data_rows(pdf: pd.DataFrame, partition_id: int) -> pd.DataFrame:
-    check_partition(pdf, partition_id)
+    pdf = partition_rows(pdf, partition_id)
     return pdf.drop(columns=[c for c in INTERNAL_COLS if c in pdf.columns])
+
+
+def _sorted_by_key(batches: Iterable[pd.DataFrame], cols: list[str],
+                   partition_id: int) -> Iterator[pd.DataFrame]:
+    """A streaming micro-batch's partition as one frame sorted by key group and key (Spark
+    refuses sortWithinPartitions on streaming DataFrames)."""
+    parts = [p for p in (partition_rows(b, partition_id) for b in batches) if len(p)]
+    if parts:
+        pdf = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        yield pdf.sort_values([KG_COL, *cols], kind="stable", ignore_index=True)
 
 
 def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
@@ -140,11 +204,13 @@ def _key_at(key_values: list[list[Any]], i: int) -> Any:
 def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      func: Callable[[Any, pd.DataFrame, GroupContext], Any],
                      schema: T.StructType | str, states: Sequence[StateDescriptor],
-                     checkpoint: str, batch_id: int, num_partitions: int | None = None,
+                     checkpoint: str, batch_id: int | None = None,
+                     num_partitions: int | None = None,
                      max_parallelism: int = DEFAULT_MAX_PARALLELISM,
                      operator_id: str = "default",
                      on_timer: Callable[[Any, Any, GroupContext], Any] | None = None,
-                     watermark: int | None = None, processing_time: int | None = None,
+                     watermark: Any = None, processing_time: Any = None,
+                     query_checkpoint: str | None = None,
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
                      memory_budget_mb: int | None = None,
                      bottommost_bloom_filters: bool = False,
@@ -154,7 +220,17 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
     key). After all keys, event-time timers up to ``watermark`` and processing-time timers up
     to ``processing_time`` fire through ``on_timer(key, timer, ctx)`` (only when ``on_timer``
-    is given). State lives in ``checkpoint`` (a directory or URI every executor can reach) under
+    is given); times are int ms or ``datetime``/``pandas.Timestamp``/``numpy.datetime64``
+    (without a zone: in ``spark.sql.session.timeZone``).
+
+    ``batch_id`` is the micro-batch (``foreachBatch``'s id, or any increasing count in batch
+    jobs): version ``batch_id`` is loaded and ``batch_id + 1`` committed. Leave it out on a
+    streaming DataFrame: the result is a streaming DataFrame whose tasks take Spark's batch id;
+    with ``query_checkpoint`` (the ``checkpointLocation`` of the query) they also take the
+    batch's watermark and timestamp from the query's offset log, for timers and TTL. A
+    ``batch_id`` past 0 on an operator without state starts from empty state.
+
+    State lives in ``checkpoint`` (a directory or URI every executor can reach) under
     ``operator_id``; ``num_partitions`` (default: ``spark.sql.shuffle.partitions`` capped at
     ``max_parallelism``) may change between batches (state is redistributed by key group) but
     ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
@@ -164,18 +240,24 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
     """
     out = _schema(df, schema)
-    cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
-                  operator_id, out, watermark=watermark, processing_time=processing_time,
-                  min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+    needs_times = on_timer is not None or any(getattr(d, "ttl", None) for d in states)
+    facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint, needs_times)
+    cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
+                  out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                   memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle)
-    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
-    routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
+                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
+                  **facts)
+    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism, every_partition=True)
+    spark_sorts = not df.isStreaming
+    if spark_sorts:  # keys arrive together, so a partition streams through with bounded memory
+        routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
 
     def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         ctx = GroupContext(task)
         backend = task.backend
         sink = _Output(cfg.output_cols)
+        if not spark_sorts:
+            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
         for k, rows in _iter_groups(batches, cfg.key_cols, task.partition_id):
             backend.set_current_key(k)
             ctx.key = k
@@ -183,10 +265,10 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
         if on_timer is not None:
             timers = backend.timer_service
             due = []
-            if cfg.watermark is not None:
-                due.append(timers.advance_watermark(cfg.watermark))
-            if cfg.processing_time is not None:
-                due.append(timers.advance_processing_time(cfg.processing_time))
+            if task.batch.watermark is not None:
+                due.append(timers.advance_watermark(task.batch.watermark))
+            if task.batch.processing_time is not None:
+                due.append(timers.advance_processing_time(task.batch.processing_time))
             for fired in due:
                 for timer in fired:
                     ctx.key = timer.key
@@ -202,22 +284,30 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
 def map_with_state(df: DataFrame, key: str | Sequence[str],
                    func: Callable[[pd.DataFrame, BatchContext], Any],
                    schema: T.StructType | str, states: Sequence[StateDescriptor],
-                   checkpoint: str, batch_id: int, num_partitions: int | None = None,
+                   checkpoint: str, batch_id: int | None = None,
+                   num_partitions: int | None = None,
                    max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                   operator_id: str = "default", min_versions_to_retain: int = 10,
+                   operator_id: str = "default", query_checkpoint: str | None = None,
+                   min_versions_to_retain: int = 10,
                    local_dir: str | None = None,
                    memory_budget_mb: int | None = None,
                    bottommost_bloom_filters: bool = False,
                    allow_pickle: bool = False) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
-    Versions, routing, rescaling and ``allow_pickle`` behave as in ``apply_with_state``."""
+    Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
+    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling and ``allow_pickle``
+    behave as in ``apply_with_state``; a partition without rows commits its version without
+    calling ``func``."""
     out = _schema(df, schema)
-    cfg = _config(df, key, states, checkpoint, batch_id, num_partitions, max_parallelism,
-                  operator_id, out, min_versions_to_retain=min_versions_to_retain,
-                  local_dir=local_dir, memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle)
-    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism)
+    needs_times = any(getattr(d, "ttl", None) for d in states)
+    facts = _batch_facts(df, batch_id, None, None, query_checkpoint, needs_times)
+    cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
+                  out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                  memory_budget_mb=memory_budget_mb,
+                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
+                  **facts)
+    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism, every_partition=True)
 
     def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         parts = [p for p in (_data_rows(b, task.partition_id) for b in batches) if len(p)]

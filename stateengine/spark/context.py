@@ -11,12 +11,14 @@ from .runtime import TaskState
 class _BaseContext:
     def __init__(self, task: TaskState) -> None:
         self._task = task
-        cfg = task.cfg
-        self.batch_id: int = cfg.batch_id
+        batch = task.batch
+        self.batch_id: int = batch.batch_id
         self.partition_id: int = task.partition_id
-        self.num_partitions: int = cfg.num_partitions
-        self.watermark: int | None = cfg.watermark
-        self.processing_time: int | None = cfg.processing_time
+        self.num_partitions: int = task.cfg.num_partitions
+        # ms since the epoch; in a streaming query Spark's batchWatermarkMs and
+        # batchTimestampMs of this batch (None: not known)
+        self.watermark: int | None = batch.watermark
+        self.processing_time: int | None = batch.processing_time
         # Whether this task continued the backend its worker kept open (no restore needed).
         self.reused_backend: bool = bool(task.provider.last_load.get("reused", False))
 

@@ -38,7 +38,8 @@ from ..serializers import Codec
 KG_COL = "__se_kg"
 PID_COL = "__se_pid"
 ROUTE_COL = "__se_route"
-INTERNAL_COLS = (KG_COL, PID_COL, ROUTE_COL)
+MARKER_COL = "__se_marker"
+INTERNAL_COLS = (KG_COL, PID_COL, ROUTE_COL, MARKER_COL)
 
 # "auto": by id where the DataFrame can, else by hash. The others force one way (tests).
 ROUTING_METHODS = ("auto", "by_id", "hash")
@@ -147,17 +148,59 @@ def routing_method(df: DataFrame, method: str = "auto") -> str:
     return method
 
 
+def _marker_fill(data_type: T.DataType) -> str | None:
+    """A non-null value for marker rows where a null would change the pandas dtype that
+    Spark gives the column (integers with a null become float64, losing digits past 2**53;
+    booleans become object); other types convert alike with or without nulls."""
+    if isinstance(data_type, T.BooleanType):
+        return "false"
+    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return f"CAST(0 AS {data_type.simpleString()})"
+    return None
+
+
+def with_every_partition(routed: DataFrame, num_partitions: int) -> DataFrame:
+    """Makes sure Spark runs a task for each of the N partitions even when no row arrives.
+
+    A partition without rows still runs its task while the shuffle that routes rows is
+    planned. Spark drops that shuffle when it can prove the input empty: the optimizer
+    propagates an empty local relation (an empty DataFrame; in a streaming query, the sources
+    of a micro-batch that brings no data) through projections and repartitions, and adaptive
+    execution replaces a shuffle that wrote no rows by an empty relation; then no task runs
+    and no version is committed. So:
+
+    * a batch DataFrame gets one marker row per partition (``__se_marker`` true, placed like
+      any row), which tasks drop before the user's code. Its integer and boolean columns hold
+      0 and false rather than null, so the data rows that share its Arrow batch keep their
+      pandas dtypes;
+    * a streaming DataFrame (no union with a batch DataFrame is allowed there, and adaptive
+      execution is off) gets a one-row generator per row, ``stack(1, 0)``, which the optimizer
+      does not see through, so the shuffle stays and runs its N tasks in every micro-batch.
+    """
+    if routed.isStreaming:
+        return routed.selectExpr("*", f"stack(1, 0) AS {MARKER_COL}").drop(MARKER_COL)
+    fills = [f"{fill} AS {quote(f.name)}" for f in routed.schema.fields
+             if f.name not in (KG_COL, PID_COL) and (fill := _marker_fill(f.dataType))]
+    markers = routed.sparkSession.range(num_partitions).selectExpr(
+        f"CAST(-1 AS INT) AS {KG_COL}", f"CAST(id AS INT) AS {PID_COL}",
+        f"true AS {MARKER_COL}", *fills)
+    return routed.unionByName(markers, allowMissingColumns=True)
+
+
 def route(df: DataFrame, key: str | Sequence[str], num_partitions: int,
-          max_parallelism: int, method: str = "auto") -> DataFrame:
+          max_parallelism: int, method: str = "auto", every_partition: bool = False) -> DataFrame:
     """Rows placed so that partition p holds exactly the key groups of operator p of N.
 
-    Spark runs a task for every one of the N partitions, empty ones included (each must
-    commit its version); tasks check that their rows carry their own partition id. ``method``
-    picks the placement ("auto": ``repartitionById`` where available, else the hash route).
+    Tasks check that their rows carry their own partition id. With ``every_partition`` each
+    of the N partitions runs a task even if the input is empty (each must commit its
+    version; see ``with_every_partition``). ``method`` picks the placement ("auto":
+    ``repartitionById`` where available, else the hash route).
     """
     how = routing_method(df, method)
     num_partitions = _check_partitions(num_partitions, max_parallelism)
     routed = with_routing_columns(df, key, num_partitions, max_parallelism)
+    if every_partition:
+        routed = with_every_partition(routed, num_partitions)
     if how == "by_id":
         return routed.repartitionById(num_partitions, PID_COL)
     values = ", ".join(map(str, hash_routing_values(num_partitions)))
@@ -173,6 +216,16 @@ def check_partition(pdf, partition_id: int) -> None:  # pandas DataFrame
         raise RuntimeError(
             f"rows routed to partition {partition_id} carry other partition ids; the "
             f"DataFrame was repartitioned after stateengine routed it")
+
+
+def partition_rows(pdf, partition_id: int):  # pandas DataFrame -> pandas DataFrame
+    """The data rows of a routed batch: checked to be this partition's, marker rows left out."""
+    check_partition(pdf, partition_id)
+    if MARKER_COL in pdf.columns and len(pdf):
+        data = pdf[MARKER_COL].isna().to_numpy()
+        if not data.all():
+            pdf = pdf[data]
+    return pdf
 
 
 def check_no_null_keys(pdf, cols: list[str]) -> None:  # pandas DataFrame

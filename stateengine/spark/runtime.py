@@ -1,7 +1,8 @@
 """Worker-side lifecycle of keyed state inside Spark tasks.
 
-Each task of a batch loads version ``batch_id`` of its partition, runs the user's code and
-commits version ``batch_id + 1``. Providers (and their open RocksDB instances) are cached per
+Each task of a batch learns its batch (id, watermark, timestamp; see ``batch.py``), loads
+version ``batch_id`` of its partition, runs the user's code and commits version
+``batch_id + 1``. Providers (and their open RocksDB instances) are cached per
 Python worker process, so a partition that continues on the same worker at the expected
 version needs no restore; any other case restores from the checkpoint directory. A task that
 fails aborts its store; a re-executed task or a replayed batch loads the same version again and
@@ -19,6 +20,7 @@ from typing import Any, Iterator, Sequence
 from .. import _native
 from ..descriptors import StateDescriptor
 from ..store import StateStore, StateStoreProvider
+from .batch import BatchInfo, resolve_batch
 
 _MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
 _cache: "OrderedDict[tuple, StateStoreProvider]" = OrderedDict()
@@ -36,9 +38,11 @@ class TaskConfig:
     key_cols: list[str]
     key_codecs: tuple[int, ...]
     descriptors: Sequence[StateDescriptor]
-    batch_id: int
+    batch_id: int | None  # None: each task reads Spark's streaming.sql.batchId
     watermark: int | None = None
     processing_time: int | None = None
+    query_checkpoint: str | None = None  # read watermark and timestamp from its offset log
+    time_zone: str | None = None  # Spark's session time zone, for timer times without a zone
     min_versions_to_retain: int = 10
     local_dir: str | None = None
     memory_budget_mb: int | None = None
@@ -101,7 +105,8 @@ def current_partition() -> tuple[int, int]:
 
 
 class TaskState:
-    """The store of one task: load at start, commit or abort at the end."""
+    """The store of one task: load at start, commit or abort at the end. ``batch`` is the
+    task's micro-batch (id, watermark, processing time), the same on every attempt."""
 
     def __init__(self, cfg: TaskConfig, partition: tuple[int, int] | None = None) -> None:
         if cfg.memory_budget_mb:
@@ -110,13 +115,19 @@ class TaskState:
         _native.configure_bloom_filters(cfg.bottommost_bloom_filters)
         self.cfg = cfg
         self.partition_id, self.attempt = partition or current_partition()
+        self.batch: BatchInfo = resolve_batch(cfg)
         self.provider = provider_for(cfg, self.partition_id)
         try:
-            self.store: StateStore = self.provider.get_store(cfg.batch_id)
+            self.store: StateStore = self.provider.get_store(self.batch.batch_id)
         except BaseException:
             drop_cached(cfg.checkpoint)  # a failed restore leaves nothing half-open behind
             raise
         self.backend = self.store.backend
+        self.backend.timer_service.naive_time_zone = cfg.time_zone
+        if self.batch.processing_time is not None and hasattr(self.backend, "set_ttl_time"):
+            # State TTL measures time by the batch, never the wall clock: a retried task
+            # expires exactly what its first attempt did.
+            self.backend.set_ttl_time(self.batch.processing_time)
         self.handles = {d.name: self.backend.get_state(d) for d in cfg.descriptors}
 
     def commit(self) -> int:
