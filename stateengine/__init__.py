@@ -19,7 +19,8 @@ from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointN
                      CorruptionError, IllegalStoreStateError, IncompatibleStateError,
                      KeyGroupOutOfRangeError, KeyTypeError, MixedTypesError, NoCurrentKeyError,
                      NullElementError, PickleNotAllowedError, SerializationError,
-                     StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
+                     StateEngineError, StateRegistrationError, StorageError, TtlTimeNotSetError,
+                     UnknownStateError)
 from .functions import AggregateFunction
 from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
@@ -30,6 +31,7 @@ from .state import (AggregatingState, ListState, MapState, ReducingState, Sorted
                     ValueState)
 from .store import StateStore, StateStoreProvider, StoreState
 from .timers import Timer, TimerService
+from .ttl import StateTtlConfig, StateVisibility, UpdateType
 
 __version__ = "0.1.0"
 
@@ -45,7 +47,8 @@ __all__ = [
     "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
     "ReducingStateDescriptor", "SerializationError", "SortedMapState",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
-    "StateRegistrationError", "StorageError", "UnknownStateError", "ValueState",
+    "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
+    "TtlTimeNotSetError", "UnknownStateError", "UpdateType", "ValueState",
     "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
     "configure_memory", "key_group_prefix_bytes", "load_handle", "memory_usage",
     "operator_for_key_group", "reducers", "spark_hash",

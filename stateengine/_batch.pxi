@@ -452,11 +452,13 @@ cdef object _values_source(_Batch b, object values):
     return src
 
 
-cdef int _read(NativeState s, _Batch b) except -1:
+cdef int _read(NativeState s, _Batch b, bint write_back=True) except -1:
+    """Reads the batch's distinct keys; write_back=False for the read of a read-modify-write
+    (a state with TTL then neither cleans up nor restamps what it reads)."""
     cdef CStatus st
     cdef CStateDB* db = s._backend._enter()
     with nogil:
-        st = CBatchGet(db, s._cf, b.kb, &b.vals)
+        st = CBatchGet(db, s._cf, b.kb, &b.vals, write_back)
     s._backend._leave()
     return check_status(st)
 
@@ -687,7 +689,7 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
         if v is None:
             raise _NullElementError(
                 f"state '{s.name}' does not accept None (row {row}); nothing was written")
-    _read(s, b)
+    _read(s, b, False)
     cdef const uint32_t* order = b.kb.order().data()
     cdef const uint32_t* start = b.kb.group_start().data()
     col.offs.push_back(0)

@@ -31,6 +31,7 @@ cdef class NativeState:
     cdef string _scratch_ns
     cdef PickleGate _gate
     cdef GateRef _gate_ref  # _gate, borrowed, for the decoders
+    cdef bint _ttl  # the state has TTL: StateDB stamps, checks and strips (csrc/ttl.h)
     cdef RowCodec _vrow     # the value schema of a typed state (kStruct), else None
     cdef readonly object descriptor
     cdef readonly str name
@@ -42,6 +43,7 @@ cdef class NativeState:
         self.name = descriptor.name
         self._value_codec = <CCodec>value_codec
         self._ns_codec = <CCodec>ns_codec
+        self._ttl = getattr(descriptor, "ttl", None) is not None
         self._ns_variable = CIsVariableLengthCodec(self._ns_codec)
         self._gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
                                 f"state '{self.name}'")
@@ -174,6 +176,33 @@ cdef class NativeState:
 
     def _raw_delete_in(self, namespace=_CURRENT):
         self._delete(self._key_in(namespace))
+
+    # Stored bytes in any namespace, TTL stamps included: list namespace merges keep each
+    # element's last access time, as Flink's TTL list state does.
+    def _stored_get_in(self, namespace=_CURRENT):
+        cdef CPinnableSlice pin
+        cdef CStatus st
+        cdef string k = self._key_in(namespace)[0]
+        cdef CStateDB* db = self._backend._enter()
+        with nogil:
+            st = db.RawGet(self._cf, CSlice(k), &pin)
+        self._backend._leave()
+        if st.IsNotFound():
+            return None
+        check_status(st)
+        return PyBytes_FromStringAndSize(pin.data(), <Py_ssize_t>pin.size())
+
+    def _stored_merge_in(self, bytes value, namespace=_CURRENT):
+        cdef CStatus st
+        cdef string k = self._key_in(namespace)[0]
+        cdef string v = value
+        cdef CStateDB* db
+        self._backend.check_writable()
+        db = self._backend._enter()
+        with nogil:
+            st = db.RawMerge(self._cf, CSlice(k), CSlice(v))
+        self._backend._leave()
+        check_status(st)
 
     def _encode(self, value) -> bytes:
         cdef string out
@@ -528,6 +557,9 @@ cdef class NativeMapState(NativeState):
 
     def is_empty(self) -> bool:
         prefix = self._prefix()
+        if self._ttl:  # what reads see: expired entries do not count (NeverReturnExpired)
+            return not self._backend._new_cursor(self._cf, prefix, _successor(prefix),
+                                                 False).fill(1)
         return not self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, False)
 
     # Iteration sees the map as it is when keys()/values()/entries() (or head/tail/sub) is
@@ -558,7 +590,7 @@ cdef class NativeMapState(NativeState):
         return self.keys()
 
     def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
-        cursor = self._backend._new_cursor(self._cf, lower, upper, reverse)
+        cursor = self._backend._new_cursor(self._cf, lower, upper, reverse, True)
         return self._drain(cursor, len(prefix), what)
 
     def _drain(self, _ScanCursor cursor, size_t plen, int what):
@@ -586,10 +618,18 @@ cdef class NativeMapState(NativeState):
 
     cdef object _one_entry(self, bint last):
         cdef bytes prefix = self._prefix()
-        chunk = self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, last)
-        if not chunk:
-            return None
-        k, v = chunk[0]
+        cdef _ScanCursor cursor
+        if self._ttl:  # a read of the entry: skips, cleans up and restamps as reads do
+            cursor = self._backend._new_cursor(self._cf, prefix, _successor(prefix), last, True)
+            if not cursor.fill(1):
+                return None
+            k = _to_bytes(cursor.buf[0].key)
+            v = _to_bytes(cursor.buf[0].value)
+        else:
+            chunk = self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, last)
+            if not chunk:
+                return None
+            k, v = chunk[0]
         return (_dec_uk(self, PyBytes_AS_STRING(k) + len(prefix),
                         <size_t>(PyBytes_GET_SIZE(k) - len(prefix))),
                 _decode_map_value(self._value_codec, self._vrow, PyBytes_AS_STRING(v),

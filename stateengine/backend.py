@@ -20,7 +20,7 @@ from typing import Any, Iterator, overload
 
 from typing import Sequence
 
-from . import _native, serializers
+from . import _native, serializers, sparktypes
 from .checkpoint.asynchronous import AsyncSnapshot
 from .checkpoint.documents import resolve_key
 from .checkpoint.full import take_full_snapshot
@@ -68,6 +68,17 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
     if have["kind"] != want["kind"]:
         return (f"state '{name}' is registered as {have['kind']} state and cannot be re-registered "
                 f"as {want['kind']} state; use another name for the new state")
+    if bool(have.get("ttl")) != bool(want.get("ttl")):
+        # A TTL state stores a timestamp with every entry: the bytes differ. Flink refuses the
+        # same change (StateMigrationException) unless it migrates (Flink 2.2+); so do we.
+        if want.get("ttl"):
+            return (f"state '{name}' was written without TTL but the descriptor enables TTL "
+                    f"(ttl=StateTtlConfig(...)); TTL cannot be turned on for existing state "
+                    f"(its entries carry no timestamps). Keep the state without TTL or write "
+                    f"the TTL state under another name")
+        return (f"state '{name}' was written with TTL but the descriptor has none; TTL cannot "
+                f"be turned off for existing state (its entries carry timestamps). Pass a "
+                f"ttl=StateTtlConfig(...) to its descriptor (any duration) or use another name")
     for field in _META_FIELDS:
         if have.get(field) != want.get(field):
             what = _FIELD_NAMES[field]
@@ -231,9 +242,11 @@ class KeyedStateBackend(_native.NativeBackend):
         """The column family for a restored state's meta, created if new; a conflicting meta
         under the same name is an IncompatibleStateError naming the source."""
         name = meta["name"]
-        have = self._cf_metas.get(name)
-        if have is not None:
-            conflict = describe_meta_conflict(name, have, meta)
+        registered = self._cf_metas.get(name)
+        if registered is not None:
+            # The restored meta is what was written; what is registered (a full restore
+            # registers the descriptors first) is what is asked for.
+            conflict = describe_meta_conflict(name, meta, registered)
             if conflict:
                 raise IncompatibleStateError(f"{source}: {conflict}")
             return self._cf_index[name]
@@ -300,12 +313,26 @@ class KeyedStateBackend(_native.NativeBackend):
             if conflict:
                 raise StateRegistrationError(conflict)
             if name in self._states:
+                registered = self._states[name].descriptor.ttl
+                if registered != descriptor.ttl:
+                    raise StateRegistrationError(
+                        f"state '{name}' is registered with {registered!r}; the descriptor asks "
+                        f"for {descriptor.ttl!r}. A backend keeps one TTL setting per state: "
+                        f"pass the same StateTtlConfig (it may change when the state is restored "
+                        f"into a new backend)")
                 return self._states[name]
         cf = self._cf_index.get(name)
         if cf is None:
             cf = self._native_create_cf(*_cf_spec(want))
             self._cf_metas[name] = want  # before the index: a snapshot on another thread
             self._cf_index[name] = cf  # lists the index, then reads each meta
+        if descriptor.ttl is not None:
+            ttl = descriptor.ttl
+            # a typed list's elements are measured by their schema (csrc/ttl.h)
+            program = (sparktypes.program(descriptor.value_schema)
+                       if descriptor.value_schema is not None else b"")
+            self._native_configure_ttl(cf, ttl.ttl_ms, ttl.update_on_read, ttl.return_expired,
+                                       program)
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
@@ -507,9 +534,16 @@ class KeyedStateBackend(_native.NativeBackend):
                 f"{self._range}, {state})")
 
 
-def _cf_spec(meta: dict) -> tuple[str, int, int, int]:
-    """(name, merge kind, C++ merge operator, value codec) of a state's column family."""
-    return (meta["name"], meta["merge"], merge_operator_of(meta["native_op"]), meta["value_codec"])
+# Where a state with TTL keeps its timestamps (csrc/ttl.h TtlLayout), by kind.
+_TTL_LAYOUTS = {StateKind.LIST.value: 3, StateKind.MAP.value: 2, StateKind.SORTED_MAP.value: 2}
+
+
+def _cf_spec(meta: dict) -> tuple[str, int, int, int, int]:
+    """(name, merge kind, C++ merge operator, value codec, TTL layout) of a state's column
+    family; the layout is 0 without TTL, else 1 (value), 2 (map) or 3 (list)."""
+    layout = _TTL_LAYOUTS.get(meta["kind"], 1) if meta.get("ttl") else 0
+    return (meta["name"], meta["merge"], merge_operator_of(meta["native_op"]), meta["value_codec"],
+            layout)
 
 
 def _prepare_empty_dir(path: str) -> None:

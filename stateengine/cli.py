@@ -259,6 +259,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
                         row["user_key"] = (
                             _typed_json(uk_row, uk_row.decode_bytes(uk)) if uk_row else
                             _json(_native.decode_for_codec(meta["user_key_codec"], uk, gate)))
+                    if meta.get("ttl"):  # State TTL: the last access time(s) on their own
+                        raw_value, row["last_access_ms"] = _native.split_ttl_value(
+                            meta["kind"], meta["value_codec"], raw_value, value_row)
                     value = _native.decode_stored_value(meta["kind"], meta["value_codec"],
                                                         raw_value, gate, value_row)
                     if value_row is None:

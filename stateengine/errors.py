@@ -69,6 +69,12 @@ class IncompatibleStateError(StateEngineError, ValueError):
     max parallelism)."""
 
 
+class TtlTimeNotSetError(StateEngineError, RuntimeError):
+    """A state with TTL was read or written before the backend was given a TTL time
+    (``set_ttl_time``; ``batch_timestamp_ms=`` in stateengine.spark). TTL never reads the
+    wall clock."""
+
+
 class IllegalStoreStateError(StateEngineError, RuntimeError):
     """A StateStore call that its current state (committed, aborted) does not allow."""
 

@@ -103,3 +103,35 @@ def test_dump_prints_typed_values_as_json_objects_with_field_names(tmp_path, cap
         ("buy", "2024-01-01", {"n": 5}), ("view", "2024-01-01", None)]
     assert dump("l")[0]["value"] == [{"a": 1, "b": 2.5}, {"a": 2, "b": None}]
     assert dump("t")[0]["value"] == [1800000075294, 1800000079944, 7]  # untyped tuple: a list
+
+
+def test_dump_shows_the_last_access_of_state_with_ttl(tmp_path, capsys):
+    from stateengine import ListStateDescriptor, StateTtlConfig
+
+    ttl = StateTtlConfig(ttl_ms=60_000)
+    descs = [ValueStateDescriptor("seen", value_type=int, ttl=ttl),
+             ListStateDescriptor("visits", value_type=int, ttl=ttl),
+             ListStateDescriptor("typed", value_type="at long", ttl=ttl)]
+    ck = str(tmp_path / "ck")
+    provider = StateStoreProvider(ck, "op", 0, 1, local_dir=str(tmp_path / "local"),
+                                  descriptors=descs)
+    store = provider.get_store(0)
+    seen, visits, typed = (store.get_state(d) for d in descs)
+    store.backend.set_current_key(7)
+    for t in (1_000, 2_000):
+        store.backend.set_ttl_time(t)
+        seen.update(t)
+        visits.add(t)
+        typed.add((t,))
+    store.commit()
+    provider.close()
+    assert main(["dump", ck, "--operator", "op", "--state", "seen"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["key"], r["value"], r["last_access_ms"]) for r in rows] == [(7, 2_000, 2_000)]
+    assert main(["dump", ck, "--operator", "op", "--state", "visits"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["value"], r["last_access_ms"]) for r in rows] == [([1_000, 2_000], [1_000, 2_000])]
+    assert main(["dump", ck, "--operator", "op", "--state", "typed"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["value"], r["last_access_ms"]) for r in rows] == [
+        ([{"at": 1_000}, {"at": 2_000}], [1_000, 2_000])]

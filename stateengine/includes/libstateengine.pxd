@@ -115,6 +115,10 @@ cdef extern from "merge_operators.h" namespace "stateengine" nogil:
     ctypedef uint8_t CNumericOp "stateengine::NumericOp"
 
 
+cdef extern from "ttl.h" namespace "stateengine" nogil:
+    int64_t kTtlTimeUnset "stateengine::kTtlTimeUnset"
+
+
 cdef extern from "db.h" namespace "stateengine" nogil:
     cdef cppclass CMemoryBudget "stateengine::MemoryBudget":
         @staticmethod
@@ -136,7 +140,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CCodec numeric_codec
 
     CColumnFamilySpec CMakeColumnFamilySpec "stateengine::MakeColumnFamilySpec"(
-        const string&, int, int, int)
+        const string&, int, int, int, int)
 
     cdef cppclass CKeyValue "stateengine::KeyValue":
         string key
@@ -166,6 +170,12 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus PutNoWait(int, const CSlice&, const CSlice&)
         CStatus MergeNoWait(int, const CSlice&, const CSlice&)
         CStatus DeleteNoWait(int, const CSlice&)
+        CStatus RawGet(int, const CSlice&, CPinnableSlice*)
+        CStatus RawPut(int, const CSlice&, const CSlice&)
+        CStatus RawMerge(int, const CSlice&, const CSlice&)
+        CStatus ConfigureTtl(int, int64_t, cbool, cbool, const string&)
+        void SetTtlTime(int64_t)
+        int64_t ttl_time()
         CStatus Write(CWriteBatch*)
         CStatus PutMany(int, const vector[string]&, const vector[string]&)
         CStatus DeletePrefix(int, const string&)
@@ -180,7 +190,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
 
 cdef extern from "scan_cursor.h" namespace "stateengine" nogil:
     cdef cppclass CScanCursor "stateengine::ScanCursor":
-        CScanCursor(CStateDB*, int, string, string, cbool) except +
+        CScanCursor(CStateDB*, int, string, string, cbool, cbool) except +
         CStatus Next(size_t, vector[CKeyValue]*, cbool*)
         void Release()
 
@@ -330,7 +340,8 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
         CBatchError*)
     CStatus CBatchMergeList "stateengine::BatchMergeList"(
         CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CBatchError*)
-    CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*)
+    CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*,
+                                              cbool)
     cbool CScatterInt64 "stateengine::ScatterInt64"(const CKeyBatch&, const CBatchValues&, CCodec,
                                                    cbool, int64_t, int64_t*, uint8_t*, CBatchError*)
     cbool CScatterFloat64 "stateengine::ScatterFloat64"(const CKeyBatch&, const CBatchValues&,

@@ -40,7 +40,7 @@ from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
-from .runtime import TaskConfig, TaskState, guarded
+from .runtime import TaskConfig, TaskState, guarded, ttl_clock
 from .workers import check_workers
 
 _FLUSH_ROWS = 16_384
@@ -214,7 +214,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
                      memory_budget_mb: int | None = None,
                      bottommost_bloom_filters: bool = False,
-                     allow_pickle: bool = False) -> DataFrame:
+                     allow_pickle: bool = False,
+                     batch_timestamp_ms: Any = None) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
@@ -238,10 +239,18 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
     ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
     they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
+    ``batch_timestamp_ms`` is the clock of states with TTL (``ttl=StateTtlConfig(...)``) with
+    an explicit ``batch_id``: an entry expires ``ttl`` after its last access as of this time,
+    which a replayed batch must repeat (Spark's batchTimestampMs does). Without it the TTL
+    clock is the batch's processing time (``processing_time``, or Spark's from the offset log
+    with ``query_checkpoint``); with neither, states with TTL raise TtlTimeNotSetError.
     """
     out = _schema(df, schema)
     needs_times = on_timer is not None or any(getattr(d, "ttl", None) for d in states)
     facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint, needs_times)
+    facts["ttl_time_ms"] = ttl_clock(states, batch_timestamp_ms, facts["batch_id"],
+                                     facts["processing_time"], facts["query_checkpoint"],
+                                     facts["time_zone"])
     cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
                   out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                   memory_budget_mb=memory_budget_mb,
@@ -292,16 +301,19 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    local_dir: str | None = None,
                    memory_budget_mb: int | None = None,
                    bottommost_bloom_filters: bool = False,
-                   allow_pickle: bool = False) -> DataFrame:
+                   allow_pickle: bool = False,
+                   batch_timestamp_ms: Any = None) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
-    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling and ``allow_pickle``
-    behave as in ``apply_with_state``; a partition without rows commits its version without
-    calling ``func``."""
+    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling, ``allow_pickle`` and
+    ``batch_timestamp_ms`` (the TTL clock) behave as in ``apply_with_state``; a partition
+    without rows commits its version without calling ``func``."""
     out = _schema(df, schema)
     needs_times = any(getattr(d, "ttl", None) for d in states)
     facts = _batch_facts(df, batch_id, None, None, query_checkpoint, needs_times)
+    facts["ttl_time_ms"] = ttl_clock(states, batch_timestamp_ms, facts["batch_id"], None,
+                                     facts["query_checkpoint"], facts["time_zone"])
     cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
                   out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                   memory_budget_mb=memory_budget_mb,

@@ -16,6 +16,11 @@ with a proper Spark type, never text standing for a value:
   Spark type (DDL or pyspark DataType) to read it as that type, which also skips the inference
   pass, or ``"json"`` for JSON text. List states give arrays of their element type.
 
+A state with TTL gets a ``last_access_ms`` column (bigint; for a list state an array, one per
+element): what is stored, which includes entries that expired but were not cleaned up yet (the
+duration is configuration, not stored): keep the rows with ``last_access_ms + ttl_ms > now`` to
+see what the job would see at ``now``.
+
 Nothing is unpickled unless ``allow_pickle=True``: a pickled value (a ``value_type="pickle"``
 state, or a value a version before format 2 pickled) otherwise fails the read with
 ``PickleNotAllowedError``.
@@ -46,7 +51,7 @@ from ..serializers import Codec, to_json
 from . import infer
 from .routing import PID_COL, check_no_null_keys, check_partition, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
-from .runtime import TaskConfig, guarded
+from .runtime import TaskConfig, guarded, ttl_clock
 from .workers import check_workers
 
 _SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
@@ -114,9 +119,15 @@ def _version_handles(storage: CheckpointStorage, operator_id: str,
     return v, [h.to_dict() for h in catalog.handles_for(v, full)]
 
 
-def _entries(handle_json: str, meta: dict, allow_pickle: bool) -> Iterator[list[tuple]]:
-    """Chunks of (key, namespace bytes, user key bytes, value bytes) of one handle's state."""
+def _entries(handle_json: str, meta: dict, allow_pickle: bool,
+             with_stamps: bool = False) -> Iterator[list[tuple]]:
+    """Chunks of (key, namespace bytes, user key bytes, value bytes) of one handle's state.
+    Values of a state with TTL come without their last-access stamps (csrc/ttl.h), which
+    ``with_stamps`` appends to each tuple (an int, or a list of ints for a list state)."""
     name = meta["name"]
+    ttl = bool(meta.get("ttl"))
+    row = (_native.row_codec(sparktypes.parse_ddl(meta["value_schema"]))
+           if ttl and meta.get("value_schema") else None)
     has_uk = meta["kind"] in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
     handle = handle_from_dict(json.loads(handle_json))
     scratch = os.path.join(tempfile.gettempdir(), "stateengine-reader", uuid.uuid4().hex)
@@ -130,7 +141,12 @@ def _entries(handle_json: str, meta: dict, allow_pickle: bool) -> Iterator[list[
             rows = []
             for raw_key, raw_value in chunk:
                 _, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
-                rows.append((key, ns, uk, raw_value))
+                if not ttl:
+                    rows.append((key, ns, uk, raw_value))
+                    continue
+                value, stamps = _native.split_ttl_value(meta["kind"], meta["value_codec"],
+                                                        raw_value, row)
+                rows.append((key, ns, uk, value, stamps) if with_stamps else (key, ns, uk, value))
             if rows:
                 yield rows
             if len(chunk) < _CHUNK:
@@ -317,6 +333,9 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
     key_cols = [_Column(n, c, "primitive", _SPARK_TYPES[Codec(c)]) for n, c in zip(names, key_codecs)]
     fields = [f"`{c.name}` {_spark_type(c, False)}" for c in key_cols]
     fields += [f"{c.name} {_spark_type(c, c.name == 'value' and kind == 'list')}" for c in columns]
+    has_ttl = bool(meta.get("ttl"))
+    if has_ttl:
+        fields.append("last_access_ms array<bigint>" if kind == "list" else "last_access_ms bigint")
     schema = ", ".join(fields)
     meta_json = json.dumps(meta)
     plan = [(c.name, c.codec, c.mode, c.schema, c.param) for c in columns]
@@ -331,15 +350,20 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
         decoders = [_Decoder(m, c, allow_pickle) for c in cols]
         key_types = [_arrow_of(_Column(*p), False) for p in key_plan]
         out_names = [p[0] for p in key_plan] + [c.name for c in cols]
+        if has_ttl:
+            out_names.append("last_access_ms")
+            stamp_type = pa.list_(pa.int64()) if kind == "list" else pa.int64()
         for rb in batches:
             for handle_json in rb.column(0).to_pylist():
-                for rows in _entries(handle_json, m, allow_pickle):
+                for rows in _entries(handle_json, m, allow_pickle, has_ttl):
                     keys = [r[0] for r in rows]
                     key_columns_ = list(zip(*keys)) if multi_key else [keys]
                     arrays = [pa.array(list(kc), t) for kc, t in zip(key_columns_, key_types)]
                     for c, dec in zip(cols, decoders):
                         raws = [r[{"namespace": 1, "user_key": 2, "value": 3}[c.name]] for r in rows]
                         arrays.append(dec.arrow(raws, keys))
+                    if has_ttl:
+                        arrays.append(pa.array([r[4] for r in rows], stamp_type))
                     yield pa.RecordBatch.from_arrays(arrays, names=out_names)
 
     check_workers(spark)
@@ -356,7 +380,11 @@ def _flattened(df: DataFrame, meta: dict, key_names: list[str],
                columns: list[_Column]) -> DataFrame:
     """read_state(flatten=True): struct user keys and values as one column per field, list
     states one row per element. SQL text only, so Connect sessions take the same path."""
-    if meta["kind"] == StateKind.LIST.value:
+    if meta["kind"] == StateKind.LIST.value and "last_access_ms" in df.columns:
+        # TTL: each element with its own last access (arrays_zip names the fields after them)
+        rest = [_quoted(n) for n in df.columns if n not in ("value", "last_access_ms")]
+        df = df.selectExpr(*rest, "inline(arrays_zip(value, last_access_ms))")
+    elif meta["kind"] == StateKind.LIST.value:
         rest = [_quoted(n) for n in df.columns if n != "value"]
         df = df.selectExpr(*rest, "explode(value) AS value")
     exprs: list[str] = []
@@ -387,7 +415,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                     namespace: str | None = None, version: int = 0,
                     num_partitions: int | None = None,
                     max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                    allow_pickle: bool = False) -> int:
+                    allow_pickle: bool = False, batch_timestamp_ms: Any = None) -> int:
     """Writes one state from a DataFrame and commits it; returns the new version.
 
     Each row sets the state of its key: value states take the ``value`` column (the last row
@@ -403,9 +431,14 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
     aggregating state's ``value`` is the one column of inputs its function adds. Typed states
     are written through the batch calls over Arrow columns, without a Python loop per row; a
     value that does not fit the schema fails the job naming the field, and nothing is committed.
+
+    A descriptor with TTL needs ``batch_timestamp_ms``: the time its entries are written at
+    (their last access).
     """
     if not allow_pickle:
         check_no_pickle(descriptor)
+    clock = ttl_clock([descriptor], batch_timestamp_ms, version, None, None,
+                      df.sparkSession.conf.get("spark.sql.session.timeZone"))
     cols = key_columns(key)
     kind = descriptor.kind
     if kind in (StateKind.MAP, StateKind.SORTED_MAP) and not user_key:
@@ -427,7 +460,7 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                      num_partitions=n, max_parallelism=max_parallelism, key_cols=cols,
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
                      batch_id=version, output_cols=["partition", "rows"],
-                     allow_pickle=allow_pickle)
+                     allow_pickle=allow_pickle, ttl_time_ms=clock)
     needed = list(dict.fromkeys([*cols, *extra]))  # a column may serve twice (key and user key)
     routed = route(df.select(*needed), cols, n, max_parallelism)
     check_workers(df.sparkSession)
