@@ -114,12 +114,13 @@ export PYSPARK_DRIVER_PYTHON="$PY"
 export SPARK_LOCAL_IP=127.0.0.1
 
 # ---- the oldest supported Spark, in a virtualenv of its own --------------------------------
-# pyspark 3.5 with the numpy/pandas/pyarrow it supports (numpy 1.x, pandas < 2.3, pyarrow < 18).
+# pyspark 3.5 with the numpy/pandas/pyarrow it supports (numpy 1.x, pandas < 2.3, pyarrow < 18),
+# and moto for the local S3 server of the object-storage tests (test_spark_s3, test_demo).
 # stateengine comes from this checkout through a .pth file: the install above already built the
 # native extension in place for this same interpreter, so it is not compiled a second time.
 SPARK35_VENV="$ROOT/.venv-spark35"
 SPARK35_REQS=("pyspark==3.5.*" "numpy>=1.26,<2" "pandas>=2.0,<2.3" "pyarrow>=15,<18"
-              "pytest>=8" "pytest-timeout>=2.3")
+              "pytest>=8" "pytest-timeout>=2.3" "moto[server]>=5.0")
 # The Spark tests, less the two that need more than Spark 3.5's pip package offers or cost
 # most and cover no Spark-version behaviour: Spark Connect (3.5's package ships no Connect
 # server) and the standalone cluster (it builds the wheel and starts three JVMs; packaging

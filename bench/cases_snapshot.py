@@ -70,7 +70,7 @@ def full_snapshot_cases(bench: Bench, backend: Any) -> Any:
     from stateengine import KeyedStateBackend, _native
 
     s = bench.scale
-    cfs = [backend._cf_index[n] for n in backend._cf_names()]
+    cfs = [cf for _, cf in backend.column_families()]  # snapshot state id order
     target = bench.tmpdir("full-snapshots")
     runs: dict[str, list[tuple[float, int, int]]] = {"base": [], "write": [], "raw": []}
     handle = None

@@ -14,7 +14,7 @@ from typing import Any
 from harness import Bench
 from targets import FLOORS, evaluate
 
-GROUP_ORDER = ("state", "baseline", "floor", "snapshot", "checkpoint", "rescale", "spark", "memory")
+GROUP_ORDER = ("state", "baseline", "floor", "typed", "snapshot", "checkpoint", "rescale", "spark", "memory")
 
 
 def _cpu_model() -> str:

@@ -1,8 +1,10 @@
-"""stateengine benchmarks: state access, snapshots, checkpoints, Spark jobs and memory.
+"""stateengine benchmarks: state access, typed state, snapshots, checkpoints, Spark jobs and
+memory.
 
     python bench/run.py                    # full run (~30 min on 2 cores), Release RocksDB if built
     python bench/run.py --quick            # seconds-long smoke run of every case
     python bench/run.py --only 'state.value*,baseline.*'
+    python bench/run.py --only 'typed.*'     # typed (struct) state against int64 state
     python bench/run.py --rocksdb debian   # Debian's librocksdb instead of the Release build
 
 Writes bench/results/<timestamp>.json, latest.json, latest.md and latest.png (or under --out).
@@ -27,7 +29,7 @@ if HERE not in sys.path:
 
 import builds  # noqa: E402
 
-GROUPS = ("state", "snapshot", "spark", "memory")
+GROUPS = ("state", "typed", "snapshot", "spark", "memory")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -51,9 +53,10 @@ def all_case_names() -> list[str]:
     import cases_snapshot
     import cases_spark
     import cases_state
+    import cases_typed
 
-    return (cases_state.case_names() + cases_snapshot.case_names() + cases_spark.case_names()
-            + cases_memory.case_names())
+    return (cases_state.case_names() + cases_typed.case_names() + cases_snapshot.case_names()
+            + cases_spark.case_names() + cases_memory.case_names())
 
 
 def main(argv: list[str]) -> int:
@@ -67,6 +70,7 @@ def main(argv: list[str]) -> int:
     import cases_snapshot
     import cases_spark
     import cases_state
+    import cases_typed
     import report
     from harness import FULL, QUICK, Bench
 
@@ -80,8 +84,8 @@ def main(argv: list[str]) -> int:
     print(f"stateengine bench ({bench.scale.name}), {machine['rocksdb']}, scratch {bench.scratch}",
           flush=True)
     started = time.time()
-    modules = {"state": cases_state, "snapshot": cases_snapshot, "spark": cases_spark,
-               "memory": cases_memory}
+    modules = {"state": cases_state, "typed": cases_typed, "snapshot": cases_snapshot,
+               "spark": cases_spark, "memory": cases_memory}
     try:
         for group in GROUPS:
             module = modules[group]

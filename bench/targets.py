@@ -53,6 +53,13 @@ def _targets() -> list[Target]:
                           "scalar state call vs RocksDB's bare call on the same keys"))
         out.append(Target(f"state.{case}.batch.distinct", f"floor.{case}.{batch}", None, None,
                           "batch call vs RocksDB's bare batch call on the same keys"))
+    # Typed state (bench/cases_typed.py): each schema against int64 state, same call.
+    for op in ("valueGet", "valueUpdate"):
+        for schema in ("struct3", "array"):
+            out.append(Target(f"typed.{op}.batch.{schema}", f"typed.{op}.batch.int64", None, None,
+                              "typed batch rows/s vs int64 state's"))
+        out.append(Target(f"typed.{op}.scalar.struct3", f"typed.{op}.scalar.int64", None, None,
+                          "typed scalar calls/s vs int64 state's"))
     out.append(Target("state.aggregatingAdd.scalar.python", "state.aggregatingAdd.scalar", None,
                       None, "Python AggregateFunction vs native SUM"))
     out += [

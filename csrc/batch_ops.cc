@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
 
 #include <rocksdb/db.h>
@@ -510,10 +511,16 @@ bool KeyBatch::BuildRows(const BatchTarget& t, const ColumnView& keys,
 
 rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const ColumnView& values,
                          Codec value_codec, bool map_values, bool per_group, BatchError* err) {
+  const TtlState* ttl = db->ttl(cf).get();
+  int64_t now = 0;
+  if (ttl != nullptr) {
+    rocksdb::Status st = ttl->AccessTime(&now);
+    if (!st.ok()) return st;
+  }
   return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
     rocksdb::WriteBatch wb;
     rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-    std::string val, scratch;
+    std::string val, scratch, stamped;
     const auto& order = batch.order();
     const auto& start = batch.group_start();
     for (size_t g = 0; g < batch.groups(); ++g) {
@@ -527,7 +534,13 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
       if (map_values && !values.encoded) val.push_back(0);  // Flink's "value is not null" flag
       const int rc = EncodeColumnRow(values, row, value_codec, false, &val, &scratch);
       if (rc != kBatchOk) return Invalid(err, rc, row);
-      rocksdb::Status st = wb.Put(h, batch.group_key(g), val);
+      rocksdb::Status st;
+      if (ttl != nullptr) {
+        if (!(st = ttl->Stamp(val, now, &stamped)).ok()) return st;
+        st = wb.Put(h, batch.group_key(g), stamped);
+      } else {
+        st = wb.Put(h, batch.group_key(g), val);
+      }
       if (!st.ok()) return st;
     }
     return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
@@ -537,10 +550,25 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
 rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
                                   const ColumnView& values, Codec codec, NumericOp op,
                                   bool count, BatchError* err) {
+  const TtlState* ttl = db->ttl(cf).get();
+  int64_t now = 0;
+  if (ttl != nullptr) {
+    rocksdb::Status st = ttl->AccessTime(&now);
+    if (!st.ok()) return st;
+  }
   return GuardStatus("merging a batch", [&]() -> rocksdb::Status {
     rocksdb::WriteBatch wb;
     rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-    std::string operand;
+    std::string operand, folded;
+    // With TTL, adds fold in C++ (see StateDB::TtlMerge): one sorted read of the distinct keys
+    // and one put each, under the state's lock.
+    std::unique_lock<std::mutex> lock;
+    BatchValues stored;
+    if (ttl != nullptr) {
+      lock = std::unique_lock<std::mutex>(ttl->fold_mutex());
+      rocksdb::Status st = GetGroups(db, cf, batch, GroupRead::kStored, &stored);
+      if (!st.ok()) return st;
+    }
     const auto& order = batch.order();
     const auto& start = batch.group_start();
     for (size_t g = 0; g < batch.groups(); ++g) {
@@ -561,7 +589,14 @@ rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
       }
       operand.clear();
       WriteNumber(codec, acc, &operand);
-      rocksdb::Status st = wb.Merge(h, batch.group_key(g), operand);
+      rocksdb::Status st;
+      if (ttl != nullptr) {
+        const rocksdb::Slice current = stored.value(g);
+        st = ttl->Fold(stored.found[g] ? &current : nullptr, operand, now, &folded);
+        if (st.ok()) st = wb.Put(h, batch.group_key(g), folded);
+      } else {
+        st = wb.Merge(h, batch.group_key(g), operand);
+      }
       if (!st.ok()) return st;
     }
     return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
@@ -570,6 +605,12 @@ rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
 
 rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
                                const ColumnView& values, Codec codec, BatchError* err) {
+  const TtlState* ttl = db->ttl(cf).get();
+  int64_t now = 0;
+  if (ttl != nullptr) {
+    rocksdb::Status st = ttl->AccessTime(&now);
+    if (!st.ok()) return st;
+  }
   return GuardStatus("merging a batch", [&]() -> rocksdb::Status {
     rocksdb::WriteBatch wb;
     rocksdb::ColumnFamilyHandle* h = db->handle(cf);
@@ -580,6 +621,7 @@ rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
       joined.clear();
       for (size_t i = start[g]; i < start[g + 1]; ++i) {
         if (i != start[g]) joined.push_back(kListDelimiter);
+        if (ttl != nullptr) PutBE64(&joined, static_cast<uint64_t>(now));  // each element's stamp
         const int rc = EncodeColumnRow(values, order[i], codec, false, &joined, &scratch);
         if (rc != kBatchOk) return Invalid(err, rc, order[i]);
       }
@@ -590,9 +632,23 @@ rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
   });
 }
 
-rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out) {
+rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
+                         bool write_back) {
+  return GetGroups(db, cf, batch, write_back ? GroupRead::kRead : GroupRead::kReadOnly, out);
+}
+
+rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,
+                          BatchValues* out) {
+  const TtlState* ttl = how == GroupRead::kStored ? nullptr : db->ttl(cf).get();
+  int64_t now = 0;
+  if (ttl != nullptr) {
+    rocksdb::Status st = ttl->AccessTime(&now);
+    if (!st.ok()) return st;
+  }
   return GuardStatus("reading a batch", [&]() -> rocksdb::Status {
     const size_t groups = batch.groups();
+    rocksdb::WriteBatch writes;  // what TTL reads leave behind (cleanup, refreshed stamps)
+    std::string rewrite;
     out->found.assign(groups, 0);
     out->data.clear();
     out->offsets.assign(1, 0);
@@ -610,7 +666,18 @@ rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues
       // Groups are in key order already, so RocksDB may skip its own sort.
       db->raw()->MultiGet(ro, h, m, keys.data(), vals.data(), statuses.data(), true);
       for (size_t i = 0; i < m; ++i) {
-        if (statuses[i].ok()) {
+        if (statuses[i].ok() && ttl != nullptr) {
+          TtlVerdict verdict;
+          rocksdb::Status st = ttl->Read(vals[i], now, how == GroupRead::kRead, &verdict,
+                                         &out->data, &rewrite);
+          if (st.ok() && verdict.write_back == TtlWriteBack::kDelete) {
+            st = writes.Delete(h, keys[i]);
+          } else if (st.ok() && verdict.write_back == TtlWriteBack::kRewrite) {
+            st = writes.Put(h, keys[i], rewrite);
+          }
+          if (!st.ok()) return st;
+          out->found[base + i] = verdict.visible ? 1 : 0;
+        } else if (statuses[i].ok()) {
           out->found[base + i] = 1;
           out->data.append(vals[i].data(), vals[i].size());
         } else if (!statuses[i].IsNotFound()) {
@@ -619,7 +686,7 @@ rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues
         out->offsets.push_back(out->data.size());
       }
     }
-    return rocksdb::Status::OK();
+    return writes.Count() == 0 ? rocksdb::Status::OK() : db->Write(&writes);
   });
 }
 

@@ -133,6 +133,7 @@ class KeyBatch {
   std::vector<uint32_t> group_start_;
 };
 
+// Writes into a state with TTL are stamped with the TTL time (ttl.h), as point writes are.
 // One WriteBatch of puts, one per distinct key: the key's last row wins (rows marked null
 // delete it). With per_group, values holds one row per group instead of one per input row.
 // map_values prefixes each value with Flink's map null-flag byte (encoded columns carry it).
@@ -140,7 +141,8 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
                          Codec value_codec, bool map_values, bool per_group, BatchError* err);
 
 // One WriteBatch with one merge per distinct key: the key's rows are reduced with op first
-// (count: every row adds 1) and written as a number in codec.
+// (count: every row adds 1) and written as a number in codec. With TTL the reduced rows are
+// folded into each key's stored value in C++ and put (StateDB::TtlMerge).
 rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
                                   const ColumnView& values, Codec codec, NumericOp op,
                                   bool count, BatchError* err);
@@ -159,7 +161,16 @@ struct BatchValues {
     return rocksdb::Slice(data.data() + offsets[g], offsets[g + 1] - offsets[g]);
   }
 };
-rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out);
+// In a state with TTL they are what point reads see (ttl.h), and what the reads leave behind
+// (cleanup of expired entries, refreshed stamps) is written once at the end, unless
+// write_back is false (reads of a read-modify-write, which writes every key anyway).
+rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
+                         bool write_back = true);
+// kStored: the stored bytes, timestamps included; kRead / kReadOnly: BatchGet with / without
+// write-backs.
+enum class GroupRead { kStored, kRead, kReadOnly };
+rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,
+                          BatchValues* out);
 
 // Decodes the values of a BIGINT, DOUBLE or numeric ANY codec into one number per input row
 // (fill where nothing is stored). skip_map_flag reads map values: a None-valued entry counts

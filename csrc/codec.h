@@ -27,7 +27,9 @@ constexpr Codec kOrdI64 = 10;    // sign bit flipped, big-endian: bytewise order
 constexpr Codec kOrdF64 = 11;    // IEEE bits transformed so bytewise order == numeric order
 constexpr Codec kOrdStr = 12;    // raw UTF-8 (bytewise order == code point order), not delimited
 constexpr Codec kOrdBytes = 13;  // raw bytes, not self-delimiting
-constexpr Codec kCodecCount = 14;
+constexpr Codec kStruct = 14;    // a value of a Spark schema (row_codec.h): self-delimiting
+                                 // given that schema, which the state's meta persists
+constexpr Codec kCodecCount = 15;
 
 // Tags of the kAny codec; persisted, so a value never changes meaning. Tags 8-11 (format 2)
 // hold containers natively: their elements are kAny encodings themselves (never kTagPickle),
@@ -144,7 +146,8 @@ inline double FromOrderedF64(uint64_t u) {
 }
 
 // Length of the element that starts at p (at most n bytes available) under a self-delimiting
-// codec. Returns false if the bytes are truncated or malformed.
+// codec. Returns false if the bytes are truncated or malformed. kStruct needs its schema:
+// RowSchema::Length (row_codec.h) is its ElementLength.
 bool ElementLength(Codec codec, const char* p, size_t n, size_t* len);
 
 // A number read from a value encoding: the numeric merge operators work on these.

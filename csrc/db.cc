@@ -125,7 +125,14 @@ std::atomic<bool> g_bottommost_filters{false};
 void StateDB::SetBottommostFilters(bool on) { g_bottommost_filters.store(on); }
 bool StateDB::bottommost_filters() { return g_bottommost_filters.load(); }
 
+std::shared_ptr<TtlState> StateDB::NewTtlState(const ColumnFamilySpec& spec) const {
+  if (spec.ttl == TtlLayout::kNone) return nullptr;
+  return std::make_shared<TtlState>(spec.ttl, spec.numeric_codec, spec.merge == MergeKind::kNumeric,
+                                    spec.numeric_op, clock_);
+}
+
 rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamilySpec& spec,
+                                                              const std::shared_ptr<TtlState>& ttl,
                                                               bool bottommost_files) const {
   rocksdb::ColumnFamilyOptions o;
   MemoryBudget& budget = MemoryBudget::Instance();
@@ -172,16 +179,20 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
       o.merge_operator = NewListAppendOperator();
       break;
     case MergeKind::kNumeric:
-      o.merge_operator = NewNumericOperator(spec.numeric_op, spec.numeric_codec);
+      // With TTL a native add folds in C++ and puts (TtlMerge): the compaction filter may drop
+      // an expired accumulator from an older file while an operand added when it still lived
+      // sits in a newer file outside that compaction, and the sum would lose the accumulator.
+      if (ttl == nullptr) o.merge_operator = NewNumericOperator(spec.numeric_op, spec.numeric_codec);
       break;
     case MergeKind::kNone:
       break;
   }
+  if (ttl != nullptr) o.compaction_filter_factory = NewTtlCompactionFilterFactory(ttl);
   return o;
 }
 
 rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
-                              std::unique_ptr<StateDB>* out) {
+                              std::unique_ptr<StateDB>* out, bool create_if_missing) {
   if (cfs.size() > kMaxColumnFamilies) {
     return rocksdb::Status::InvalidArgument("more column families than a backend can hold");
   }
@@ -192,16 +203,23 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
   s->nowait_write_options_.no_slowdown = true;
   s->nowait_read_options_.read_tier = rocksdb::kBlockCacheTier;
   std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+  std::vector<std::shared_ptr<TtlState>> ttls;
   descs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
-  for (const auto& spec : cfs) descs.emplace_back(spec.name, s->MakeColumnFamilyOptions(spec));
+  for (const auto& spec : cfs) {
+    ttls.push_back(s->NewTtlState(spec));
+    descs.emplace_back(spec.name, s->MakeColumnFamilyOptions(spec, ttls.back()));
+  }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status st = rocksdb::DB::Open(MakeDBOptions(), path, descs, &handles, &s->db_);
+  rocksdb::DBOptions options = MakeDBOptions();
+  options.create_if_missing = create_if_missing;
+  options.create_missing_column_families = create_if_missing;
+  rocksdb::Status st = rocksdb::DB::Open(options, path, descs, &handles, &s->db_);
   if (!st.ok()) return st;
   // handles[0] is RocksDB's default family, which no state uses; keep it only to close it.
   s->db_->DestroyColumnFamilyHandle(handles[0]);
   int index;
   for (size_t i = 0; i < cfs.size(); ++i) {
-    if (!(st = s->Append(handles[i + 1], cfs[i], &index)).ok()) return st;
+    if (!(st = s->Append(handles[i + 1], cfs[i], ttls[i], &index)).ok()) return st;
   }
   *out = std::move(s);
   return rocksdb::Status::OK();
@@ -222,7 +240,7 @@ rocksdb::Status StateDB::Close() {
 }
 
 rocksdb::Status StateDB::Append(rocksdb::ColumnFamilyHandle* h, const ColumnFamilySpec& spec,
-                                int* index) {
+                                std::shared_ptr<TtlState> ttl, int* index) {
   std::lock_guard<std::mutex> lock(append_mu_);
   const size_t i = count_.load(std::memory_order_relaxed);
   if (i >= kMaxColumnFamilies) {
@@ -232,6 +250,7 @@ rocksdb::Status StateDB::Append(rocksdb::ColumnFamilyHandle* h, const ColumnFami
   auto& chunk = chunks_[i >> kChunkBits];
   if (!chunk) chunk.reset(new CfSlot[kChunkSize]);
   chunk[i & (kChunkSize - 1)].handle = h;
+  chunk[i & (kChunkSize - 1)].ttl = std::move(ttl);
   chunk[i & (kChunkSize - 1)].spec = spec;
   count_.store(i + 1, std::memory_order_release);  // readers see the slot before the count
   *index = static_cast<int>(i);
@@ -240,9 +259,10 @@ rocksdb::Status StateDB::Append(rocksdb::ColumnFamilyHandle* h, const ColumnFami
 
 rocksdb::Status StateDB::CreateColumnFamily(const ColumnFamilySpec& spec, int* index) {
   rocksdb::ColumnFamilyHandle* h = nullptr;
-  rocksdb::Status st = db_->CreateColumnFamily(MakeColumnFamilyOptions(spec), spec.name, &h);
+  std::shared_ptr<TtlState> ttl = NewTtlState(spec);
+  rocksdb::Status st = db_->CreateColumnFamily(MakeColumnFamilyOptions(spec, ttl), spec.name, &h);
   if (!st.ok()) return st;
-  return Append(h, spec, index);
+  return Append(h, spec, std::move(ttl), index);
 }
 
 int StateDB::FindColumnFamily(const std::string& name) const {
@@ -254,15 +274,35 @@ int StateDB::FindColumnFamily(const std::string& name) const {
 }
 
 rocksdb::Status StateDB::Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value) {
+  const CfSlot& s = Slot(cf);
+  value->Reset();
+  if (s.ttl != nullptr) return TtlGet(s, key, value, false);
+  return db_->Get(read_options_, s.handle, key, value);
+}
+
+rocksdb::Status StateDB::Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
+  const CfSlot& s = Slot(cf);
+  if (s.ttl != nullptr) return TtlPut(s, key, value, false);
+  return db_->Put(write_options_, s.handle, key, value);
+}
+
+rocksdb::Status StateDB::Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
+  const CfSlot& s = Slot(cf);
+  if (s.ttl != nullptr) return TtlMerge(s, key, value, false);
+  return db_->Merge(write_options_, s.handle, key, value);
+}
+
+rocksdb::Status StateDB::RawGet(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value) {
   value->Reset();
   return db_->Get(read_options_, handle(cf), key, value);
 }
 
-rocksdb::Status StateDB::Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
+rocksdb::Status StateDB::RawPut(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
   return db_->Put(write_options_, handle(cf), key, value);
 }
 
-rocksdb::Status StateDB::Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
+rocksdb::Status StateDB::RawMerge(int cf, const rocksdb::Slice& key,
+                                  const rocksdb::Slice& value) {
   return db_->Merge(write_options_, handle(cf), key, value);
 }
 
@@ -277,18 +317,136 @@ rocksdb::Status StateDB::DeleteRange(int cf, const rocksdb::Slice& begin,
 
 rocksdb::Status StateDB::GetNoWait(int cf, const rocksdb::Slice& key,
                                    rocksdb::PinnableSlice* value) {
+  const CfSlot& s = Slot(cf);
   value->Reset();
-  return db_->Get(nowait_read_options_, handle(cf), key, value);
+  if (s.ttl != nullptr) return TtlGet(s, key, value, true);
+  return db_->Get(nowait_read_options_, s.handle, key, value);
 }
 
 rocksdb::Status StateDB::PutNoWait(int cf, const rocksdb::Slice& key,
                                    const rocksdb::Slice& value) {
-  return db_->Put(nowait_write_options_, handle(cf), key, value);
+  const CfSlot& s = Slot(cf);
+  if (s.ttl != nullptr) return TtlPut(s, key, value, true);
+  return db_->Put(nowait_write_options_, s.handle, key, value);
 }
 
 rocksdb::Status StateDB::MergeNoWait(int cf, const rocksdb::Slice& key,
                                      const rocksdb::Slice& value) {
-  return db_->Merge(nowait_write_options_, handle(cf), key, value);
+  const CfSlot& s = Slot(cf);
+  if (s.ttl != nullptr) return TtlMerge(s, key, value, true);
+  return db_->Merge(nowait_write_options_, s.handle, key, value);
+}
+
+// ---- state with TTL ---------------------------------------------------------------------
+
+rocksdb::Status StateDB::ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read,
+                                      bool return_expired, const std::string& row_program) {
+  const std::shared_ptr<TtlState>& t = ttl(cf);
+  if (t == nullptr) {
+    return rocksdb::Status::InvalidArgument("state '" + spec(cf).name + "' was created without TTL");
+  }
+  if (ttl_ms <= 0) return rocksdb::Status::InvalidArgument("a TTL must be positive");
+  return t->Configure(ttl_ms, update_on_read, return_expired, row_program);
+}
+
+rocksdb::Status StateDB::TtlGet(const CfSlot& s, const rocksdb::Slice& key,
+                                rocksdb::PinnableSlice* value, bool nowait) {
+  int64_t now;
+  rocksdb::Status st = s.ttl->AccessTime(&now);
+  if (!st.ok()) return st;
+  st = db_->Get(nowait ? nowait_read_options_ : read_options_, s.handle, key, value);
+  if (!st.ok()) return st;
+  return GuardStatus("reading a state with TTL", [&]() -> rocksdb::Status {
+    const bool value_layout = s.ttl->layout() == TtlLayout::kValue;
+    TtlVerdict verdict;
+    std::string plain, rewrite;
+    rocksdb::Status rs =
+        s.ttl->Read(*value, now, true, &verdict, value_layout ? nullptr : &plain, &rewrite);
+    if (!rs.ok()) return rs;
+    const rocksdb::WriteOptions& wo = nowait ? nowait_write_options_ : write_options_;
+    if (verdict.write_back == TtlWriteBack::kDelete) {
+      rs = db_->Delete(wo, s.handle, key);
+    } else if (verdict.write_back == TtlWriteBack::kRewrite) {
+      rs = db_->Put(wo, s.handle, key, rewrite);
+    }
+    if (!rs.ok() || !verdict.visible) {  // Incomplete: the caller repeats the whole read
+      value->Reset();
+      return rs.ok() ? rocksdb::Status::NotFound() : rs;
+    }
+    if (value_layout) {
+      value->remove_prefix(kTtlStampBytes);  // no copy: the plain value follows the stamp
+    } else {
+      value->Reset();
+      value->GetSelf()->swap(plain);
+      value->PinSelf();
+    }
+    return rocksdb::Status::OK();
+  });
+}
+
+rocksdb::Status StateDB::TtlPut(const CfSlot& s, const rocksdb::Slice& key,
+                                const rocksdb::Slice& value, bool nowait) {
+  int64_t now;
+  rocksdb::Status st = s.ttl->AccessTime(&now);
+  if (!st.ok()) return st;
+  const rocksdb::WriteOptions& wo = nowait ? nowait_write_options_ : write_options_;
+  return GuardStatus("writing a state with TTL", [&]() -> rocksdb::Status {
+    if (s.ttl->layout() == TtlLayout::kList) {
+      std::string stamped;
+      rocksdb::Status ss = s.ttl->Stamp(value, now, &stamped);
+      return ss.ok() ? db_->Put(wo, s.handle, key, stamped) : ss;
+    }
+    // Values and map values: the stamp goes in as a slice of its own, so nothing is copied
+    // beyond what DB::Put itself copies into its write batch.
+    char stamp[kTtlStampBytes];
+    StoreBE64(stamp, static_cast<uint64_t>(now));
+    rocksdb::Slice parts[3];
+    int n = 0;
+    if (s.ttl->layout() == TtlLayout::kMap) {
+      if (value.empty()) return rocksdb::Status::InvalidArgument("a map value without its null flag");
+      parts[n++] = rocksdb::Slice(value.data(), 1);
+      parts[n++] = rocksdb::Slice(stamp, kTtlStampBytes);
+      parts[n++] = rocksdb::Slice(value.data() + 1, value.size() - 1);
+    } else {
+      parts[n++] = rocksdb::Slice(stamp, kTtlStampBytes);
+      parts[n++] = value;
+    }
+    rocksdb::WriteBatch batch(key.size() + value.size() + kTtlStampBytes + 24);
+    rocksdb::Status ps = batch.Put(s.handle, rocksdb::SliceParts(&key, 1), rocksdb::SliceParts(parts, n));
+    return ps.ok() ? db_->Write(wo, &batch) : ps;
+  });
+}
+
+rocksdb::Status StateDB::TtlMerge(const CfSlot& s, const rocksdb::Slice& key,
+                                  const rocksdb::Slice& operand, bool nowait) {
+  int64_t now;
+  rocksdb::Status st = s.ttl->AccessTime(&now);
+  if (!st.ok()) return st;
+  const rocksdb::WriteOptions& wo = nowait ? nowait_write_options_ : write_options_;
+  return GuardStatus("merging into a state with TTL", [&]() -> rocksdb::Status {
+    std::string out;
+    if (s.ttl->layout() == TtlLayout::kList) {  // an append: every element gets its stamp
+      rocksdb::Status ss = s.ttl->Stamp(operand, now, &out);
+      return ss.ok() ? db_->Merge(wo, s.handle, key, out) : ss;
+    }
+    if (!s.ttl->numeric()) {
+      return rocksdb::Status::InvalidArgument("state '" + s.spec.name + "' takes no merges");
+    }
+    // A native add: read, fold, put, under the state's lock so that adds of other threads to
+    // the same key are not lost. Without waiting, a busy lock is Incomplete like a busy write.
+    std::unique_lock<std::mutex> lock(s.ttl->fold_mutex(), std::defer_lock);
+    if (nowait) {
+      if (!lock.try_lock()) return rocksdb::Status::Incomplete("another thread is adding");
+    } else {
+      lock.lock();
+    }
+    rocksdb::PinnableSlice current;
+    rocksdb::Status gs =
+        db_->Get(nowait ? nowait_read_options_ : read_options_, s.handle, key, &current);
+    if (!gs.ok() && !gs.IsNotFound()) return gs;
+    rocksdb::Status fs = s.ttl->Fold(gs.ok() ? &current : nullptr, operand, now, &out);
+    return fs.ok() ? db_->Put(wo, s.handle, key, out) : fs;
+  });
 }
 
 rocksdb::Status StateDB::DeleteNoWait(int cf, const rocksdb::Slice& key) {
@@ -301,10 +459,23 @@ rocksdb::Status StateDB::Write(rocksdb::WriteBatch* batch) {
 
 rocksdb::Status StateDB::PutMany(int cf, const std::vector<std::string>& keys,
                                  const std::vector<std::string>& values) {
+  const CfSlot& s = Slot(cf);
+  int64_t now = 0;
+  if (s.ttl != nullptr) {
+    rocksdb::Status st = s.ttl->AccessTime(&now);
+    if (!st.ok()) return st;
+  }
   return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
     rocksdb::WriteBatch batch;
+    std::string stamped;
     for (size_t i = 0; i < keys.size(); ++i) {
-      rocksdb::Status st = batch.Put(handle(cf), keys[i], values[i]);
+      rocksdb::Status st;
+      if (s.ttl != nullptr) {
+        if (!(st = s.ttl->Stamp(values[i], now, &stamped)).ok()) return st;
+        st = batch.Put(s.handle, keys[i], stamped);
+      } else {
+        st = batch.Put(s.handle, keys[i], values[i]);
+      }
       if (!st.ok()) return st;
     }
     return db_->Write(write_options_, &batch);
@@ -382,17 +553,18 @@ rocksdb::Status StateDB::CompactAll() {
 }
 
 ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, int numeric_op,
-                                      int numeric_codec) {
+                                      int numeric_codec, int ttl_layout) {
   ColumnFamilySpec spec;
   spec.name = name;
   spec.merge = static_cast<MergeKind>(merge_kind);
   spec.numeric_op = static_cast<NumericOp>(numeric_op);
   spec.numeric_codec = static_cast<Codec>(numeric_codec);
+  spec.ttl = static_cast<TtlLayout>(ttl_layout);
   return spec;
 }
 
 rocksdb::Options StateDB::SstFileOptions(int cf) const {
-  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(spec(cf), true));
+  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(spec(cf), ttl(cf), true));
 }
 
 uint64_t StateDB::EstimateNumKeys() const {

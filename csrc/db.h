@@ -23,6 +23,7 @@
 #include "block_allocator.h"
 #include "codec.h"
 #include "merge_operators.h"
+#include "ttl.h"
 
 namespace stateengine {
 
@@ -63,12 +64,13 @@ struct ColumnFamilySpec {
   std::string name;
   MergeKind merge = MergeKind::kNone;
   NumericOp numeric_op = NumericOp::kSum;
-  Codec numeric_codec = kAny;
+  Codec numeric_codec = kAny;  // the state's value codec
+  TtlLayout ttl = TtlLayout::kNone;  // where a state with TTL keeps its timestamps (ttl.h)
 };
 
 // Built from plain integers so the Cython layer never has to name the enum classes.
 ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, int numeric_op,
-                                      int numeric_codec);
+                                      int numeric_codec, int ttl_layout = 0);
 
 struct KeyValue {
   std::string key;
@@ -121,9 +123,10 @@ class PinRegistry {
 
 class StateDB {
  public:
-  // Opens (creating if needed) the database at path with exactly the given column families.
+  // Opens the database at path with exactly the given column families; creates what is
+  // missing only with create_if_missing (a restored directory must hold them all already).
   static rocksdb::Status Open(const std::string& path, const std::vector<ColumnFamilySpec>& cfs,
-                              std::unique_ptr<StateDB>* out);
+                              std::unique_ptr<StateDB>* out, bool create_if_missing = true);
   // Whether column families opened from now on build Bloom filters for their bottommost level
   // too. Off by default: most lookups of keyed state find their key, which lives in the last
   // level, so the filter probe (a cache miss per lookup) is wasted there; misses are still
@@ -148,6 +151,12 @@ class StateDB {
   rocksdb::DB* raw() const { return db_; }
   const std::string& path() const { return path_; }
 
+  // State accesses. In a column family with TTL (ttl.h) values arrive and leave as the
+  // bindings encode them: writes stamp them with the TTL time, reads check and strip the
+  // stamps (expired entries read as NotFound under NeverReturnExpired), clean up what they
+  // find expired and, under OnReadAndWrite, store what they return with the time of the read.
+  // Native numeric merges of such a family fold in C++ under a lock (read, combine, put).
+  // Other families take these calls straight to RocksDB.
   rocksdb::Status Get(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value);
   rocksdb::Status Put(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
   rocksdb::Status Merge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
@@ -161,8 +170,20 @@ class StateDB {
   rocksdb::Status PutNoWait(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
   rocksdb::Status MergeNoWait(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
   rocksdb::Status DeleteNoWait(int cf, const rocksdb::Slice& key);
+  // Stored bytes as they are, timestamps included (tools, restores, raw namespace merges).
+  rocksdb::Status RawGet(int cf, const rocksdb::Slice& key, rocksdb::PinnableSlice* value);
+  rocksdb::Status RawPut(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
+  rocksdb::Status RawMerge(int cf, const rocksdb::Slice& key, const rocksdb::Slice& value);
   rocksdb::Status Write(rocksdb::WriteBatch* batch);
-  // One atomic write batch of puts (keys[i] -> values[i]).
+  // The TTL settings of a state's registered descriptor (InvalidArgument for a family without
+  // TTL), and the time every TTL check and stamp uses from now on.
+  rocksdb::Status ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read, bool return_expired,
+                               const std::string& row_program = std::string());
+  void SetTtlTime(int64_t ms) { clock_->Set(ms); }
+  int64_t ttl_time() const { return clock_->now(); }
+  // The TTL of a column family; null for a family without TTL.
+  const std::shared_ptr<TtlState>& ttl(int cf) const { return Slot(cf).ttl; }
+  // One atomic write batch of puts (keys[i] -> values[i]; stamped in a family with TTL).
   rocksdb::Status PutMany(int cf, const std::vector<std::string>& keys,
                           const std::vector<std::string>& values);
   // Deletes every key starting with prefix, one point delete each: range tombstones would
@@ -187,13 +208,16 @@ class StateDB {
  private:
   StateDB() = default;
   rocksdb::ColumnFamilyOptions MakeColumnFamilyOptions(const ColumnFamilySpec& spec,
+                                                       const std::shared_ptr<TtlState>& ttl,
                                                        bool bottommost_files = false) const;
+  std::shared_ptr<TtlState> NewTtlState(const ColumnFamilySpec& spec) const;
   static rocksdb::DBOptions MakeDBOptions();
 
   // Column families live in fixed chunks that never move: another thread may index a handle
   // (without a lock, on every call) while a new state's family is appended.
   struct CfSlot {
     rocksdb::ColumnFamilyHandle* handle = nullptr;
+    std::shared_ptr<TtlState> ttl;
     ColumnFamilySpec spec;
   };
   static constexpr size_t kChunkBits = 8;
@@ -204,7 +228,14 @@ class StateDB {
     return chunks_[static_cast<size_t>(index) >> kChunkBits][index & (kChunkSize - 1)];
   }
   rocksdb::Status Append(rocksdb::ColumnFamilyHandle* h, const ColumnFamilySpec& spec,
-                         int* index);
+                         std::shared_ptr<TtlState> ttl, int* index);
+  // The TTL halves of Get/Put/Merge (ttl.h), out of the way of the paths of other families.
+  rocksdb::Status TtlGet(const CfSlot& s, const rocksdb::Slice& key, rocksdb::PinnableSlice* value,
+                         bool nowait);
+  rocksdb::Status TtlPut(const CfSlot& s, const rocksdb::Slice& key, const rocksdb::Slice& value,
+                         bool nowait);
+  rocksdb::Status TtlMerge(const CfSlot& s, const rocksdb::Slice& key,
+                           const rocksdb::Slice& operand, bool nowait);
 
   rocksdb::DB* db_ = nullptr;
   std::string path_;
@@ -212,6 +243,7 @@ class StateDB {
   std::atomic<size_t> count_{0};
   std::mutex append_mu_;
   std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
+  std::shared_ptr<TtlClock> clock_ = std::make_shared<TtlClock>();
   rocksdb::WriteOptions write_options_;
   rocksdb::ReadOptions read_options_;
   rocksdb::WriteOptions nowait_write_options_;

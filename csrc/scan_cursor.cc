@@ -2,10 +2,20 @@
 
 #include <new>
 
+#include <rocksdb/write_batch.h>
+
 namespace stateengine {
 
-ScanCursor::ScanCursor(StateDB* db, int cf, std::string lower, std::string upper, bool reverse)
-    : lower_(std::move(lower)), upper_(std::move(upper)), reverse_(reverse) {
+ScanCursor::ScanCursor(StateDB* db, int cf, std::string lower, std::string upper, bool reverse,
+                       bool access)
+    : db_(db),
+      handle_(db->handle(cf)),
+      ttl_(db->ttl(cf)),
+      access_(access),
+      lower_(std::move(lower)),
+      upper_(std::move(upper)),
+      reverse_(reverse) {
+  if (ttl_ != nullptr) status_ = ttl_->AccessTime(&now_);
   lower_slice_ = rocksdb::Slice(lower_);
   upper_slice_ = rocksdb::Slice(upper_);
   rocksdb::ReadOptions ro;
@@ -21,6 +31,7 @@ ScanCursor::~ScanCursor() { Unpin(); }
 rocksdb::Status ScanCursor::Next(size_t limit, std::vector<KeyValue>* out, bool* done) {
   *done = true;
   if (!it_) return rocksdb::Status::Aborted("the scan's backend was closed");
+  if (!status_.ok()) return status_;
   try {
     if (!started_) {
       started_ = true;
@@ -34,18 +45,56 @@ rocksdb::Status ScanCursor::Next(size_t limit, std::vector<KeyValue>* out, bool*
     }
     // The iterator stays on the last entry handed out: stepping past it is the next call's
     // work, so a chunk that ends the range and one that does not look the same.
-    for (size_t n = 0; it_->Valid(); ++n) {
-      out->push_back({it_->key().ToString(), it_->value().ToString()});
-      if (limit != 0 && n + 1 >= limit) {
-        *done = false;
-        return rocksdb::Status::OK();
+    if (ttl_ == nullptr) {
+      for (size_t n = 0; it_->Valid(); ++n) {
+        out->push_back({it_->key().ToString(), it_->value().ToString()});
+        if (limit != 0 && n + 1 >= limit) {
+          *done = false;
+          return rocksdb::Status::OK();
+        }
+        reverse_ ? it_->Prev() : it_->Next();
       }
-      reverse_ ? it_->Prev() : it_->Next();
+      return it_->status();
+    }
+    rocksdb::WriteBatch writes;
+    size_t n = 0;
+    for (; it_->Valid(); reverse_ ? it_->Prev() : it_->Next()) {
+      bool taken = false;
+      rocksdb::Status st = TakeTtl(out, &writes, &taken);
+      if (!st.ok()) return st;
+      if (taken && limit != 0 && ++n >= limit) {
+        *done = false;
+        break;
+      }
+    }
+    if (writes.Count() > 0) {
+      rocksdb::Status st = db_->Write(&writes);
+      if (!st.ok()) return st;
     }
   } catch (const std::bad_alloc&) {
     return rocksdb::Status::MemoryLimit("out of memory while scanning");
   }
-  return it_->status();
+  return *done ? it_->status() : rocksdb::Status::OK();
+}
+
+rocksdb::Status ScanCursor::TakeTtl(std::vector<KeyValue>* out, rocksdb::WriteBatch* writes,
+                                    bool* taken) {
+  KeyValue kv;
+  TtlVerdict verdict;
+  rocksdb::Status st = ttl_->Read(it_->value(), now_, access_, &verdict, &kv.value, &rewrite_);
+  if (!st.ok()) return st;
+  if (verdict.write_back == TtlWriteBack::kDelete) {
+    st = writes->Delete(handle_, it_->key());
+  } else if (verdict.write_back == TtlWriteBack::kRewrite) {
+    st = writes->Put(handle_, it_->key(), rewrite_);
+  }
+  if (!st.ok()) return st;
+  *taken = verdict.visible;
+  if (*taken) {
+    kv.key = it_->key().ToString();
+    out->push_back(std::move(kv));
+  }
+  return rocksdb::Status::OK();
 }
 
 }  // namespace stateengine

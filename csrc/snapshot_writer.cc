@@ -244,6 +244,14 @@ FullSnapshotWriter::FullSnapshotWriter(StateDB* db, std::vector<SnapshotColumn> 
   ro.iterate_upper_bound = (kg_end_ + 1 < (1 << (8 * prefix_bytes_))) ? &upper_slice_ : nullptr;
   std::vector<int> cfs;
   for (const auto& col : columns_) cfs.push_back(col.cf_index);
+  ttl_now_ = db->ttl_time();
+  for (const auto& col : columns_) {
+    std::shared_ptr<const TtlState> ttl = db->ttl(col.cf_index);
+    const int64_t duration = ttl != nullptr ? ttl->ttl_ms() : 0;
+    const bool purge = duration > 0 && ttl_now_ != kTtlTimeUnset;
+    ttl_.push_back(purge ? ttl : nullptr);
+    ttl_ms_.push_back(duration);
+  }
   try {
     status_ = NewConsistentIterators(db, ro, cfs, &iterators_);
   } catch (const std::bad_alloc&) {
@@ -277,6 +285,7 @@ rocksdb::Status FullSnapshotWriter::WriteStream(const std::string& path,
   std::vector<MergeIterator::Input> inputs;
   for (size_t i = 0; i < columns_.size(); ++i) {
     std::unique_ptr<rocksdb::Iterator> it = std::move(iterators_[i]);
+    if (ttl_[i] != nullptr) it = NewTtlPurgingIterator(std::move(it), ttl_[i], ttl_now_, ttl_ms_[i]);
     it->Seek(lower);
     inputs.push_back({std::move(it), columns_[i].state_id});
   }

@@ -8,6 +8,8 @@
 // the handle, a fresh snappy framed stream starts, then `u16 state id`, pairs
 // `i32 len | key | i32 len | value` (big-endian), the top bit of key[0] set on the last pair
 // of a state's run, followed by `u16 next state id` or 0xFFFF at the end of the key group.
+// States with TTL leave out what expired at the TTL time of the synchronous part (values and
+// map entries whole, list elements one by one); what they keep keeps its timestamps.
 #pragma once
 
 #include <atomic>
@@ -71,6 +73,10 @@ class FullSnapshotWriter : public DbPin {
   std::string upper_;
   rocksdb::Slice upper_slice_;
   std::vector<std::unique_ptr<rocksdb::Iterator>> iterators_;  // one per column, in order
+  // Per column: its TTL (null without TTL, or before a time or duration was set) and duration.
+  std::vector<std::shared_ptr<const TtlState>> ttl_;
+  std::vector<int64_t> ttl_ms_;
+  int64_t ttl_now_ = kTtlTimeUnset;
   rocksdb::Status WriteStream(const std::string& path, const std::string& meta_block,
                               bool durable, std::vector<KeyGroupOffset>* offsets,
                               SnapshotStats* stats);

@@ -15,11 +15,14 @@ from .backend import KeyedStateBackend
 from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
                           ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
                           StateKind, ValueStateDescriptor)
-from .errors import (BackendClosedError, CheckpointNotFoundError, CorruptionError,
-                     IllegalStoreStateError, IncompatibleStateError, KeyGroupOutOfRangeError,
-                     KeyTypeError, NoCurrentKeyError, NullElementError, PickleNotAllowedError,
-                     SerializationError, StateEngineError, StateRegistrationError, StorageError, UnknownStateError)
+from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointNotFoundError,
+                     CorruptionError, IllegalStoreStateError, IncompatibleStateError,
+                     KeyGroupOutOfRangeError, KeyTypeError, MixedTypesError, NoCurrentKeyError,
+                     NullElementError, PickleNotAllowedError, SerializationError,
+                     StateEngineError, StateRegistrationError, StorageError, TtlTimeNotSetError,
+                     UnknownStateError)
 from .functions import AggregateFunction
+from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
 from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
                         operator_for_key_group, spark_hash)
@@ -28,6 +31,7 @@ from .state import (AggregatingState, ListState, MapState, ReducingState, Sorted
                     ValueState)
 from .store import StateStore, StateStoreProvider, StoreState
 from .timers import Timer, TimerService
+from .ttl import StateTtlConfig, StateVisibility, UpdateType
 
 __version__ = "0.1.0"
 
@@ -35,14 +39,17 @@ __all__ = [
     "AggregateFunction", "AggregatingState", "CheckpointStorage", "OperatorListState",
     "OperatorStateBackend", "StateStore", "StateStoreProvider", "StoreState", "Timer",
     "TimerService", "AggregatingStateDescriptor", "BackendClosedError",
-    "CheckpointNotFoundError", "CorruptionError", "IllegalStoreStateError",
-    "IncompatibleStateError", "KeyGroupOutOfRangeError", "KeyGroupRange", "KeyTypeError",
+    "CheckpointFileMissingError", "CheckpointNotFoundError", "CorruptionError",
+    "IllegalStoreStateError", "IncompatibleStateError", "KeyGroupOutOfRangeError",
+    "KeyGroupRange", "KeyTypeError",
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
+    "MixedTypesError",
     "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
     "ReducingStateDescriptor", "SerializationError", "SortedMapState",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
-    "StateRegistrationError", "StorageError", "UnknownStateError", "ValueState",
+    "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
+    "TtlTimeNotSetError", "UnknownStateError", "UpdateType", "ValueState",
     "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
-    "configure_memory", "key_group_prefix_bytes", "memory_usage", "operator_for_key_group",
-    "reducers", "spark_hash",
+    "configure_memory", "key_group_prefix_bytes", "load_handle", "memory_usage",
+    "operator_for_key_group", "reducers", "spark_hash",
 ]

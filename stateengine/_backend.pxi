@@ -84,15 +84,17 @@ cdef class NativeBackend:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def _native_open(self, str path, int max_parallelism, int kg_start, int kg_end,
-                     list cf_specs):
+                     list cf_specs, bint create_if_missing=True):
+        """Opens RocksDB at path; without create_if_missing the database and every column
+        family of cf_specs must already exist there (a restored directory)."""
         cdef vector[CColumnFamilySpec] specs
         cdef string cpath = path.encode("utf-8")
         cdef CStatus st
-        for name, merge_kind, numeric_op, numeric_codec in cf_specs:
+        for name, merge_kind, numeric_op, numeric_codec, ttl_layout in cf_specs:
             specs.push_back(CMakeColumnFamilySpec(name.encode("utf-8"), merge_kind, numeric_op,
-                                                  numeric_codec))
+                                                  numeric_codec, ttl_layout))
         with nogil:
-            st = CStateDB.Open(cpath, specs, &self._db)
+            st = CStateDB.Open(cpath, specs, &self._db, create_if_missing)
         check_status(st)
         self._max_parallelism = max_parallelism
         self._kg_start = kg_start
@@ -154,13 +156,15 @@ cdef class NativeBackend:
     cdef inline void _leave(self) noexcept:
         self._inflight -= 1
 
-    cdef _ScanCursor _new_cursor(self, int cf, bytes lower, bytes upper, bint reverse):
-        """A cursor over [lower, upper) of column family cf as it is now."""
+    cdef _ScanCursor _new_cursor(self, int cf, bytes lower, bytes upper, bint reverse,
+                                 bint access=False):
+        """A cursor over [lower, upper) of column family cf as it is now. In a state with TTL
+        it yields what reads see; ``access`` makes it a state read (csrc/scan_cursor.h)."""
         cdef _ScanCursor c = _ScanCursor.__new__(_ScanCursor)
         cdef string lo = lower, hi = upper
         self._check_open()
         c._backend = self
-        c._c.reset(new CScanCursor(self._db.get(), cf, lo, hi, reverse))
+        c._c.reset(new CScanCursor(self._db.get(), cf, lo, hi, reverse, access))
         return c
 
     @property
@@ -197,6 +201,22 @@ cdef class NativeBackend:
             n = db.EstimateNumKeys()
         self._leave()
         return n
+
+    def _native_metrics(self) -> dict:
+        """RocksDB's figures for this backend (see csrc/db_metrics.h); no data is scanned."""
+        cdef CDbMetrics m
+        cdef CStatus st
+        cdef CStateDB* db = self._enter()
+        try:
+            with nogil:
+                st = CCollectDbMetrics(db, &m)
+        finally:
+            self._leave()
+        check_status(st)
+        return {"estimated_keys": m.estimated_keys, "live_sst_bytes": m.live_sst_bytes,
+                "sst_files": m.sst_files, "memtable_bytes": m.memtable_bytes,
+                "table_reader_bytes": m.table_reader_bytes, "pinned_bytes": m.pinned_bytes,
+                "pending_compaction_bytes": m.pending_compaction_bytes}
 
     cdef inline int check_key(self) except -1:
         if self._closed:
@@ -323,17 +343,45 @@ cdef class NativeBackend:
 
     # ---- column families ------------------------------------------------------------------
 
-    def _native_create_cf(self, str name, int merge_kind, int numeric_op, int numeric_codec) -> int:
+    def _native_create_cf(self, str name, int merge_kind, int numeric_op, int numeric_codec,
+                          int ttl_layout=0) -> int:
         cdef int index = -1
         cdef CStatus st
         cdef CColumnFamilySpec spec = CMakeColumnFamilySpec(name.encode("utf-8"), merge_kind,
-                                                            numeric_op, numeric_codec)
+                                                            numeric_op, numeric_codec, ttl_layout)
         cdef CStateDB* db = self._enter()
         with nogil:
             st = db.CreateColumnFamily(spec, &index)
         self._leave()
         check_status(st)
         return index
+
+    # ---- State TTL (csrc/ttl.h) ---------------------------------------------------------------
+
+    def set_ttl_time(self, int64_t timestamp_ms) -> None:
+        """The time, in milliseconds, that states with TTL use from now on: writes stamp
+        entries with it, reads check expiry against it, and the compaction filter purges what
+        expired by it. TTL never reads the wall clock; pass processing time, or in a
+        micro-batch the batch's timestamp so that a replay sees the same expiry."""
+        if timestamp_ms == kTtlTimeUnset:
+            raise ValueError(f"{timestamp_ms} is reserved (it means 'no time set')")
+        self._check_open()
+        self._db.get().SetTtlTime(timestamp_ms)
+
+    @property
+    def ttl_time(self):
+        """The last time given to set_ttl_time (None before the first)."""
+        self._check_open()
+        cdef int64_t t = self._db.get().ttl_time()
+        return None if t == kTtlTimeUnset else t
+
+    def _native_configure_ttl(self, int cf, int64_t ttl_ms, bint update_on_read,
+                              bint return_expired, bytes row_program=b""):
+        """row_program: the compiled value schema of a typed state (sparktypes.program)."""
+        cdef string program = row_program
+        self._check_open()
+        check_status(self._db.get().ConfigureTtl(cf, ttl_ms, update_on_read, return_expired,
+                                                 program))
 
     def _native_find_cf(self, str name) -> int:
         self._check_open()
@@ -375,7 +423,7 @@ cdef class NativeBackend:
         self._leave()
         check_status(st)
 
-    # ---- raw access (tests, snapshot tooling, state readers) --------------------------------
+    # ---- raw access (tests, snapshot tooling, state readers): stored bytes, TTL stamps too ----
 
     def _raw_scan(self, int cf, bytes lower=b"", bytes upper=b"", size_t limit=0,
                   bint reverse=False) -> list:
@@ -396,7 +444,7 @@ cdef class NativeBackend:
         cdef string k = key
         cdef CStateDB* db = self._enter()
         with nogil:
-            st = db.Get(cf, CSlice(k), &pin)
+            st = db.RawGet(cf, CSlice(k), &pin)
         self._leave()
         if st.IsNotFound():
             return None
@@ -408,7 +456,7 @@ cdef class NativeBackend:
         cdef string k = key, v = value
         cdef CStateDB* db = self._enter()
         with nogil:
-            st = db.Put(cf, CSlice(k), CSlice(v))
+            st = db.RawPut(cf, CSlice(k), CSlice(v))
         self._leave()
         check_status(st)
 
@@ -417,7 +465,7 @@ cdef class NativeBackend:
         cdef string k = key, v = value
         cdef CStateDB* db = self._enter()
         with nogil:
-            st = db.Merge(cf, CSlice(k), CSlice(v))
+            st = db.RawMerge(cf, CSlice(k), CSlice(v))
         self._leave()
         check_status(st)
 

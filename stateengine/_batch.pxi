@@ -9,6 +9,8 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTI
                              PyBUF_WRITABLE)
 import sys
 
+from stateengine import typed_columns as _typed_columns
+
 cdef const char* _EMPTY = b""
 cdef object _np_empty = np.empty
 cdef object _np_ndarray = np.ndarray
@@ -263,12 +265,89 @@ cdef _Column _value_column(NativeState s, object src, CCodec codec, int mode):
             _encode_map_value(s, v, &col.buf)
         elif mode == MODE_NUMBER:
             _encode_number(s, v, &col.buf)
+        elif mode == MODE_USER_KEY:
+            encode_user_key(codec, v, &col.buf, s.name)
         else:
             encode_value(codec, v, &col.buf)
         col.offs.push_back(<int64_t>col.buf.size())
         row += 1
     col.finish_encoded()
     return col
+
+
+cdef _Column _schema_column(NativeState s, RowCodec row, object values, int null_rows,
+                            Py_ssize_t n, str what):
+    """The encodings of a typed state's column (values or user keys): Arrow-convertible
+    columns are encoded in C++ (typed_columns.conform, then encode_arrow_rows), rows of Python
+    objects by the scalar encoder; everything is checked before anything is written."""
+    cdef _Column col = _Column()
+    cdef Py_ssize_t i
+    label = f"state '{s.name}' {what}"
+    arr, rows = _typed_columns.conform(row.type, values, label)
+    size = len(arr) if arr is not None else len(rows)
+    if size != n:
+        raise ValueError(f"{n} keys but {size} {what}; pass one per key")
+    if arr is not None:
+        encode_arrow_rows(row, arr, null_rows, &col.buf, &col.offs, &col.nulls, label)
+        col.finish_encoded()
+        col.keep = arr
+        return col
+    col.offs.push_back(0)
+    if null_rows == kNullRowsMark:
+        col.nulls.resize(n, 0)
+    for i in range(n):
+        v = rows[i]
+        if v is None:
+            if null_rows == kNullRowsMark:
+                col.nulls[i] = 1
+            elif null_rows == kNullRowsMapFlag:
+                col.buf.push_back(1)
+            elif what == "values":
+                raise _NullElementError(f"{label}: row {i} is None, which this state does not "
+                                        f"accept; nothing was written")
+            else:
+                raise _SerializationError(f"{label}: row {i} is None; nothing was written")
+        else:
+            if null_rows == kNullRowsMapFlag:
+                col.buf.push_back(0)
+            try:
+                row.encode(v, &col.buf)
+            except _SerializationError as e:
+                raise _SerializationError(f"{label}: row {i}: {e}; nothing was written") from None
+        col.offs.push_back(<int64_t>col.buf.size())
+    col.finish_encoded()
+    return col
+
+
+cdef list _typed_rows(NativeState s, RowCodec row, object values):
+    """Typed values as Python objects (tuples for structs, as value() gives them), for the
+    batch calls that hand each value to a Python function."""
+    arr, rows = _typed_columns.conform(row.type, values, f"state '{s.name}' values")
+    if arr is None:
+        return rows
+    return [None if b is None else row.decode_bytes(b) for b in encode_rows_from_arrow(row, arr)]
+
+
+cdef tuple _rows_result(NativeState s, RowCodec row, _Batch b, int layout, object fill_value):
+    """(pyarrow array with a row per key, found) for a typed state, decoded in C++."""
+    cdef _ArrowOut out = _ArrowOut()
+    cdef CRowError err
+    cdef string fill
+    cdef const string* fillp = NULL
+    cdef cbool ok
+    found = _np_empty(b.n, dtype=_np_bool_dtype)
+    cdef uint8_t* fp = <uint8_t*>_output_data(found)
+    if fill_value is not None:
+        row.encode(fill_value, &fill)
+        fillp = &fill
+    with nogil:
+        ok = CDecodeBatchToArrow(row.schema, b.kb, b.vals, layout, fillp, &out.array, fp, &err)
+    return decoded_array(row, out, err, ok, layout == kStoredList, f"state '{s.name}'"), found
+
+
+cdef object _empty_rows(RowCodec row, bint list_of):
+    pa = _pyarrow()
+    return pa.array([], type=pa.list_(row.arrow_type) if list_of else row.arrow_type)
 
 
 cdef int _refuse_nulls(NativeState s, object src) except -1:
@@ -340,7 +419,12 @@ cdef _Batch _build(NativeState s, object keys, object user_keys, CCodec uk_codec
     if not be._has_schema:
         be._on_first_key(_row_item(b.keys, 0))  # the first key decides, as in set_current_key
     kcol = _key_column(be, b.keys)
-    if user_keys is not None:
+    if user_keys is not None and isinstance(s, NativeMapState) and \
+            (<NativeMapState>s)._ukrow is not None:
+        ucol = _schema_column(s, (<NativeMapState>s)._ukrow, user_keys, kNullRowsRefuse, b.n,
+                              "user keys")
+        uview = &ucol.view
+    elif user_keys is not None:
         usrc = _source(user_keys)
         if len(usrc) != b.n:
             raise ValueError(f"{b.n} keys but {len(usrc)} user keys; pass one user key per key")
@@ -368,11 +452,13 @@ cdef object _values_source(_Batch b, object values):
     return src
 
 
-cdef int _read(NativeState s, _Batch b) except -1:
+cdef int _read(NativeState s, _Batch b, bint write_back=True) except -1:
+    """Reads the batch's distinct keys; write_back=False for the read of a read-modify-write
+    (a state with TTL then neither cleans up nor restamps what it reads)."""
     cdef CStatus st
     cdef CStateDB* db = s._backend._enter()
     with nogil:
-        st = CBatchGet(db, s._cf, b.kb, &b.vals)
+        st = CBatchGet(db, s._cf, b.kb, &b.vals, write_back)
     s._backend._leave()
     return check_status(st)
 
@@ -448,6 +534,11 @@ def _value_get_many(NativeValueState s, keys):
     cdef size_t n
     cdef const char* p
     typed = _typed_codec(s._value_codec)
+    if s._vrow is not None:
+        if b.n == 0:
+            return _empty_rows(s._vrow, False), _np_empty(0, dtype=np.bool_)
+        _read(s, b)
+        return _rows_result(s, s._vrow, b, kStoredValue, s._default)
     if b.n == 0:
         return _empty_result(s, typed)
     _read(s, b)
@@ -476,11 +567,18 @@ def _value_put_many(NativeValueState s, keys, values):
     cdef CStateDB* db
     s._backend.check_writable()  # a committed/aborted StateStore refuses writes
     b = _build(s, keys, None, kVoid)
-    if b.n == 0:
-        _values_source(b, values)
-        return
-    src = _values_source(b, values)
-    cdef _Column col = _value_column(s, src, s._value_codec, MODE_VALUE)
+    cdef _Column col
+    if s._vrow is not None:
+        col = _schema_column(s, s._vrow, values, kNullRowsMark, b.n, "values")
+        if b.n == 0:
+            return
+        src = None
+    else:
+        if b.n == 0:
+            _values_source(b, values)
+            return
+        src = _values_source(b, values)
+        col = _value_column(s, src, s._value_codec, MODE_VALUE)
     db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, False, False, &err)
@@ -497,10 +595,16 @@ def _list_add_many(NativeListState s, keys, values):
     cdef CStateDB* db
     s._backend.check_writable()  # a committed/aborted StateStore refuses writes
     b = _build(s, keys, None, kVoid)
-    src = _values_source(b, values)
+    cdef _Column col
+    if s._vrow is not None:
+        col = _schema_column(s, s._vrow, values, kNullRowsRefuse, b.n, "values")
+        src = None
+    else:
+        src = _values_source(b, values)
     if b.n == 0:
         return
-    cdef _Column col = _value_column(s, src, s._value_codec, MODE_ELEMENT)
+    if s._vrow is None:
+        col = _value_column(s, src, s._value_codec, MODE_ELEMENT)
     db = s._backend._enter()
     with nogil:
         st = CBatchMergeList(db, s._cf, b.kb, col.view, s._value_codec, &err)
@@ -508,13 +612,18 @@ def _list_add_many(NativeListState s, keys, values):
     _write_status(s, st, err, b, src)
 
 
-def _list_get_many(NativeListState s, keys) -> list:
+def _list_get_many(NativeListState s, keys):
     cdef _Batch b = _build(s, keys, None, kVoid)
     cdef Py_ssize_t row
     cdef uint32_t g
     cdef size_t n
     cdef const char* p
     cdef list out = []
+    if s._vrow is not None:
+        if b.n == 0:
+            return _empty_rows(s._vrow, True)
+        _read(s, b)
+        return _rows_result(s, s._vrow, b, kStoredList, None)[0]
     if b.n == 0:
         return out
     _read(s, b)
@@ -523,7 +632,7 @@ def _list_get_many(NativeListState s, keys) -> list:
         g = group_of[row]
         if b.vals.found[g]:
             p = _group_data(b, g, &n)
-            out.append(decode_list(s._value_codec, p, n, s._gate_ref))
+            out.append(decode_list(s._value_codec, None, p, n, s._gate_ref))
         else:
             out.append([])
     return out
@@ -543,6 +652,10 @@ def _merging_add_many(NativeState s, keys, values, bint native, int op, bint cou
     s._backend.check_writable()  # a committed/aborted StateStore refuses writes
     b = _build(s, keys, None, kVoid)
     cdef _Column col
+    if s._vrow is not None and not aggregating:
+        # a reduce function gets the values as value() returns them; an aggregate's inputs
+        # are not of the accumulator's schema, so they pass as they are
+        values = _typed_rows(s, s._vrow, values)
     src = _values_source(b, values)
     if b.n == 0:
         return
@@ -576,7 +689,7 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
         if v is None:
             raise _NullElementError(
                 f"state '{s.name}' does not accept None (row {row}); nothing was written")
-    _read(s, b)
+    _read(s, b, False)
     cdef const uint32_t* order = b.kb.order().data()
     cdef const uint32_t* start = b.kb.group_start().data()
     col.offs.push_back(0)
@@ -584,7 +697,7 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
         have = b.vals.found[g]
         if have:
             p = _group_data(b, <uint32_t>g, &n)
-            acc = decode_whole(s._value_codec, p, n, s._gate_ref)
+            acc = _dec_value(s, p, n)
         elif aggregating:
             acc = fn.create_accumulator()
         else:
@@ -596,7 +709,7 @@ cdef int _fold_with_python(NativeState s, _Batch b, object src, bint aggregating
             else:
                 acc = fn(acc, v) if have else v
                 have = True
-        encode_value(s._value_codec, acc, &col.buf)
+        _enc_value(s, acc, &col.buf)
         col.offs.push_back(<int64_t>col.buf.size())
     col.finish_encoded()
     db = s._backend._enter()
@@ -615,6 +728,11 @@ def _merging_get_many(NativeState s, keys, bint typed, fn):
     cdef size_t n
     cdef const char* p
     typed = typed and _typed_codec(s._value_codec)
+    if s._vrow is not None and fn is None:
+        if b.n == 0:
+            return _empty_rows(s._vrow, False), _np_empty(0, dtype=np.bool_)
+        _read(s, b)
+        return _rows_result(s, s._vrow, b, kStoredValue, None)
     if b.n == 0:
         return _empty_result(s, typed)
     _read(s, b)
@@ -630,7 +748,7 @@ def _merging_get_many(NativeState s, keys, bint typed, fn):
         fv[row] = b.vals.found[g]
         if fv[row]:
             p = _group_data(b, g, &n)
-            acc = decode_whole(s._value_codec, p, n, s._gate_ref)
+            acc = _dec_value(s, p, n)
             ov[row] = acc if fn is None else fn.get_result(acc)
         else:
             ov[row] = None
@@ -646,10 +764,16 @@ def _map_put_many(NativeMapState s, keys, user_keys, values):
     cdef CStateDB* db
     s._backend.check_writable()  # a committed/aborted StateStore refuses writes
     b = _build(s, keys, user_keys, s._uk_codec)
-    src = _values_source(b, values)
+    cdef _Column col
+    if s._vrow is not None:
+        col = _schema_column(s, s._vrow, values, kNullRowsMapFlag, b.n, "values")
+        src = None
+    else:
+        src = _values_source(b, values)
     if b.n == 0:
         return
-    cdef _Column col = _value_column(s, src, s._value_codec, MODE_MAP_VALUE)
+    if s._vrow is None:
+        col = _value_column(s, src, s._value_codec, MODE_MAP_VALUE)
     db = s._backend._enter()
     with nogil:
         st = CBatchPut(db, s._cf, b.kb, col.view, s._value_codec, True, False, &err)
@@ -664,6 +788,11 @@ def _map_get_many(NativeMapState s, keys, user_keys):
     cdef size_t n
     cdef const char* p
     typed = _typed_codec(s._value_codec)
+    if s._vrow is not None:
+        if b.n == 0:
+            return _empty_rows(s._vrow, False), _np_empty(0, dtype=np.bool_)
+        _read(s, b)
+        return _rows_result(s, s._vrow, b, kStoredMapValue, None)
     if b.n == 0:
         return _empty_result(s, typed)
     _read(s, b)
@@ -679,7 +808,7 @@ def _map_get_many(NativeMapState s, keys, user_keys):
         fv[row] = b.vals.found[g]
         if fv[row]:
             p = _group_data(b, g, &n)
-            ov[row] = _decode_map_value(s._value_codec, p, n, s._gate_ref)
+            ov[row] = _decode_map_value(s._value_codec, None, p, n, s._gate_ref)
         else:
             ov[row] = None
     return out, found

@@ -284,10 +284,27 @@ cdef str _codec_name(CCodec codec):
 
 
 cdef int _type_error(CCodec codec, object v) except -1:
-    raise _SerializationError(
+    e = _SerializationError(
         f"a value of type {type(v).__name__} ({v!r:.80}) cannot be encoded by the "
         f"'{_codec_name(codec)}' serializer; store a matching value or declare the state with "
         f"value_type=object")
+    e._type_mismatch = True  # encode_user_key rewrites these to point at user_key_type
+    raise e
+
+
+cdef int encode_user_key(CCodec codec, object v, string* out, str state) except -1:
+    """encode_value for a map's user key: its errors name the user key, and a type mismatch
+    points at the descriptor's user_key_type (not value_type)."""
+    try:
+        return encode_value(codec, v, out)
+    except _SerializationError as e:
+        if getattr(e, "_type_mismatch", False):
+            raise _SerializationError(
+                f"map state '{state}': a user key of type {type(v).__name__} ({v!r:.80}) "
+                f"cannot be encoded by the '{_codec_name(codec)}' serializer of its "
+                f"user_key_type; use user keys of that type or declare the descriptor with "
+                f"another user_key_type (object accepts any supported key)") from None
+        raise _SerializationError(f"map state '{state}', user key {v!r:.80}: {e}") from None
 
 
 cdef int encode_value(CCodec codec, object v, string* out) except -1:

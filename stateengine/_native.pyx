@@ -24,6 +24,7 @@ import numpy as np
 from stateengine import errors
 
 include "_codecs.pxi"
+include "_rows.pxi"
 include "_status.pxi"
 include "_hashing.pxi"
 include "_backend.pxi"

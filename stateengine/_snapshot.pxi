@@ -256,13 +256,53 @@ def timer_next_timestamp(NativeBackend backend, int cf):
 
 # ---- decoding stored values for state readers --------------------------------------------
 
-def decode_stored_value(str kind, int codec, bytes data, PickleGate gate=None):
+def decode_stored_value(str kind, int codec, bytes data, PickleGate gate=None,
+                        RowCodec row=None):
     """The Python value of a stored RocksDB value of a state of the given kind; a pickle goes
-    to gate (None refuses it)."""
+    to gate (None refuses it); row decodes the values of a typed state."""
     cdef const char* p = PyBytes_AS_STRING(data)
     cdef size_t n = <size_t>PyBytes_GET_SIZE(data)
     if kind == "list":
-        return decode_list(<CCodec>codec, p, n, gate_ref(gate))
+        return decode_list(<CCodec>codec, row, p, n, gate_ref(gate))
     if kind == "map" or kind == "sorted_map":
-        return _decode_map_value(<CCodec>codec, p, n, gate_ref(gate))
+        return _decode_map_value(<CCodec>codec, row, p, n, gate_ref(gate))
+    if row is not None:
+        return row.decode_whole(p, n)
     return decode_whole(<CCodec>codec, p, n, gate_ref(gate))
+
+
+def split_ttl_value(str kind, int codec, bytes data, RowCodec row=None):
+    """(the value as a state without TTL stores it, last access ms) of a stored value of a
+    state with TTL (csrc/ttl.h layouts); for a list the stamps are a list, one per element
+    (``row``: the schema of a typed state, which measures its elements). For tools that read
+    stored entries (``stateengine dump``, ``read_state``)."""
+    cdef const char* p = PyBytes_AS_STRING(data)
+    cdef size_t n = <size_t>PyBytes_GET_SIZE(data)
+    cdef size_t pos = 0, length = 0, at
+    cdef string out
+    cdef list stamps
+    if kind == "list":
+        stamps = []
+        while pos < n:
+            if n - pos < 8:
+                raise _CorruptionError("a list element of a state with TTL lacks its timestamp")
+            stamps.append(<int64_t>CGetBE64(p + pos))
+            pos += 8
+            if row is not None:
+                if not row.schema.Length(0, p + pos, n - pos, &length):
+                    raise _CorruptionError("a list element of a state with TTL is malformed")
+            elif not CElementLength(<CCodec>codec, p + pos, n - pos, &length):
+                raise _CorruptionError("a list element of a state with TTL is malformed")
+            if not out.empty():
+                out.push_back(b',')
+            out.append(p + pos, length)
+            pos += length
+            if pos < n:
+                if p[pos] != b',' or pos + 1 == n:
+                    raise _CorruptionError("list elements of a state with TTL are not joined by ','")
+                pos += 1
+        return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size()), stamps
+    at = 1 if kind == "map" or kind == "sorted_map" else 0
+    if n < at + 8:
+        raise _CorruptionError("a value of a state with TTL is shorter than its timestamp")
+    return data[:at] + data[at + 8:], <int64_t>CGetBE64(p + at)

@@ -31,6 +31,8 @@ cdef class NativeState:
     cdef string _scratch_ns
     cdef PickleGate _gate
     cdef GateRef _gate_ref  # _gate, borrowed, for the decoders
+    cdef bint _ttl  # the state has TTL: StateDB stamps, checks and strips (csrc/ttl.h)
+    cdef RowCodec _vrow     # the value schema of a typed state (kStruct), else None
     cdef readonly object descriptor
     cdef readonly str name
 
@@ -41,6 +43,7 @@ cdef class NativeState:
         self.name = descriptor.name
         self._value_codec = <CCodec>value_codec
         self._ns_codec = <CCodec>ns_codec
+        self._ttl = getattr(descriptor, "ttl", None) is not None
         self._ns_variable = CIsVariableLengthCodec(self._ns_codec)
         self._gate = PickleGate(PICKLE_ALLOW if backend._allow_pickle else PICKLE_REFUSE,
                                 f"state '{self.name}'")
@@ -48,6 +51,9 @@ cdef class NativeState:
         self._namespace = None
         self._ns.clear()
         encode_value(self._ns_codec, None, &self._ns)
+
+    def _set_value_row(self, RowCodec row):
+        self._vrow = row
 
     @property
     def column_family(self) -> int:
@@ -171,14 +177,53 @@ cdef class NativeState:
     def _raw_delete_in(self, namespace=_CURRENT):
         self._delete(self._key_in(namespace))
 
+    # Stored bytes in any namespace, TTL stamps included: list namespace merges keep each
+    # element's last access time, as Flink's TTL list state does.
+    def _stored_get_in(self, namespace=_CURRENT):
+        cdef CPinnableSlice pin
+        cdef CStatus st
+        cdef string k = self._key_in(namespace)[0]
+        cdef CStateDB* db = self._backend._enter()
+        with nogil:
+            st = db.RawGet(self._cf, CSlice(k), &pin)
+        self._backend._leave()
+        if st.IsNotFound():
+            return None
+        check_status(st)
+        return PyBytes_FromStringAndSize(pin.data(), <Py_ssize_t>pin.size())
+
+    def _stored_merge_in(self, bytes value, namespace=_CURRENT):
+        cdef CStatus st
+        cdef string k = self._key_in(namespace)[0]
+        cdef string v = value
+        cdef CStateDB* db
+        self._backend.check_writable()
+        db = self._backend._enter()
+        with nogil:
+            st = db.RawMerge(self._cf, CSlice(k), CSlice(v))
+        self._backend._leave()
+        check_status(st)
+
     def _encode(self, value) -> bytes:
         cdef string out
-        encode_value(self._value_codec, value, &out)
+        _enc_value(self, value, &out)
         return PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
 
     def _decode(self, bytes data):
-        return decode_whole(self._value_codec, PyBytes_AS_STRING(data),
-                            <size_t>PyBytes_GET_SIZE(data), self._gate_ref)
+        return _dec_value(self, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
+
+
+# A typed state's values go through its RowCodec; one pointer test on every other state.
+cdef inline int _enc_value(NativeState s, object v, string* out) except -1:
+    if s._vrow is None:
+        return encode_value(s._value_codec, v, out)
+    return s._vrow.encode(v, out)
+
+
+cdef inline object _dec_value(NativeState s, const char* p, size_t n):
+    if s._vrow is None:
+        return decode_whole(s._value_codec, p, n, s._gate_ref)
+    return s._vrow.decode_whole(p, n)
 
 
 cdef class NativeValueState(NativeState):
@@ -193,7 +238,7 @@ cdef class NativeValueState(NativeState):
         """The value of the current key and namespace, or the descriptor's default."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            return decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            return _dec_value(self, pin.data(), pin.size())
         return _deepcopy(self._default) if self._copy_default else self._default
 
     def update(self, value) -> None:
@@ -202,7 +247,7 @@ cdef class NativeValueState(NativeState):
             self._delete(self._key())
             return
         self._val.clear()
-        encode_value(self._value_codec, value, &self._val)
+        _enc_value(self, value, &self._val)
         self._put(self._key(), &self._val)
 
 
@@ -219,16 +264,19 @@ cdef int _encode_list(NativeState s, object values, string* out) except -1:
                 f"nothing was written")
         if i:
             out.push_back(b',')
-        encode_value(s._value_codec, v, out)
+        _enc_value(s, v, out)
         i += 1
     return 0
 
 
-cdef list decode_list(CCodec codec, const char* p, size_t n, GateRef gate):
+cdef list decode_list(CCodec codec, RowCodec row, const char* p, size_t n, GateRef gate):
     cdef size_t pos = 0, used = 0
     cdef list out = []
     while pos < n:
-        out.append(decode_value(codec, p + pos, n - pos, &used, gate))
+        if row is None:
+            out.append(decode_value(codec, p + pos, n - pos, &used, gate))
+        else:
+            out.append(row.decode(p + pos, n - pos, &used))
         pos += used
         if pos < n:
             if p[pos] != b',':
@@ -247,7 +295,8 @@ cdef class NativeListState(NativeState):
         """The elements of the current key and namespace ([] if none)."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            return decode_list(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            return decode_list(self._value_codec, self._vrow, pin.data(), pin.size(),
+                               self._gate_ref)
         return []
 
     def add(self, value) -> None:
@@ -256,7 +305,7 @@ cdef class NativeListState(NativeState):
             raise _NullElementError(
                 f"list state '{self.name}' does not accept None elements; nothing was written")
         self._val.clear()
-        encode_value(self._value_codec, value, &self._val)
+        _enc_value(self, value, &self._val)
         self._merge(self._key(), &self._val)
 
     def add_all(self, values) -> None:
@@ -276,8 +325,8 @@ cdef class NativeListState(NativeState):
             self._delete(self._key())
 
     def _decode_raw(self, bytes data) -> list:
-        return decode_list(self._value_codec, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data),
-                           self._gate_ref)
+        return decode_list(self._value_codec, self._vrow, PyBytes_AS_STRING(data),
+                           <size_t>PyBytes_GET_SIZE(data), self._gate_ref)
 
 
 cdef int _encode_number(NativeState s, object value, string* out) except -1:
@@ -327,7 +376,7 @@ cdef class NativeReducingState(NativeState):
         """The reduced value of the current key and namespace, or None."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            return decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            return _dec_value(self, pin.data(), pin.size())
         return None
 
     def add(self, value) -> None:
@@ -343,10 +392,10 @@ cdef class NativeReducingState(NativeState):
             return
         key = self._key()
         if self._get(key, &pin):
-            current = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            current = _dec_value(self, pin.data(), pin.size())
             value = self._reduce(current, value)
             key = self._key()  # the reduce function may have touched other state
-        encode_value(self._value_codec, value, &self._val)
+        _enc_value(self, value, &self._val)
         self._put(key, &self._val)
 
     def _encode_operand(self, value) -> bytes:
@@ -367,7 +416,7 @@ cdef class NativeAggregatingState(NativeState):
         """The aggregate's result for the current key and namespace, or None."""
         cdef CPinnableSlice pin
         if self._get(self._key(), &pin):
-            acc = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            acc = _dec_value(self, pin.data(), pin.size())
             return self._fn.get_result(acc)
         return None
 
@@ -383,11 +432,11 @@ cdef class NativeAggregatingState(NativeState):
             return
         key = self._key()
         if self._get(key, &pin):
-            acc = decode_whole(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            acc = _dec_value(self, pin.data(), pin.size())
         else:
             acc = self._fn.create_accumulator()
         acc = self._fn.add(value, acc)
-        encode_value(self._value_codec, acc, &self._val)
+        _enc_value(self, acc, &self._val)
         self._put(self._key(), &self._val)
 
     def _encode_operand(self, value) -> bytes:
@@ -410,27 +459,40 @@ cdef int _encode_map_value(NativeState s, object value, string* out) except -1:
         out.push_back(1)
         return 0
     out.push_back(0)
-    return encode_value(s._value_codec, value, out)
+    return _enc_value(s, value, out)
 
 
-cdef object _decode_map_value(CCodec codec, const char* p, size_t n, GateRef gate):
+cdef object _decode_map_value(CCodec codec, RowCodec row, const char* p, size_t n, GateRef gate):
     if n == 0:
         raise _CorruptionError("map value without its null flag byte")
     if p[0] == 1:
         return None
+    if row is not None:
+        return row.decode_whole(p + 1, n - 1)
     return decode_whole(codec, p + 1, n - 1, gate)
+
+
+cdef inline object _dec_uk(NativeMapState s, const char* p, size_t n):
+    if s._ukrow is None:
+        return decode_whole(s._uk_codec, p, n, s._gate_ref)
+    return s._ukrow.decode_whole(p, n)
 
 
 cdef class NativeMapState(NativeState):
     cdef CCodec _uk_codec
+    cdef RowCodec _ukrow  # the user key schema of a typed map, else None
     cdef string _uk
 
-    def _set_user_key_codec(self, int codec):
+    def _set_user_key_codec(self, int codec, RowCodec row=None):
         self._uk_codec = <CCodec>codec
+        self._ukrow = row
 
     cdef const string* _entry_key(self, object user_key) except NULL:
         self._uk.clear()
-        encode_value(self._uk_codec, user_key, &self._uk)
+        if self._ukrow is None:
+            encode_user_key(self._uk_codec, user_key, &self._uk, self.name)
+        else:
+            self._ukrow.encode(user_key, &self._uk)
         self._backend.check_key()
         return &self._backend._builder.get().BuildWithUserKey(
             self._ns, self._ns_variable, self._uk.data(), self._uk.size())
@@ -443,7 +505,8 @@ cdef class NativeMapState(NativeState):
         """The value under user_key, or None."""
         cdef CPinnableSlice pin
         if self._get(self._entry_key(user_key), &pin):
-            return _decode_map_value(self._value_codec, pin.data(), pin.size(), self._gate_ref)
+            return _decode_map_value(self._value_codec, self._vrow, pin.data(), pin.size(),
+                                     self._gate_ref)
         return None
 
     def put(self, user_key, value) -> None:
@@ -494,6 +557,9 @@ cdef class NativeMapState(NativeState):
 
     def is_empty(self) -> bool:
         prefix = self._prefix()
+        if self._ttl:  # what reads see: expired entries do not count (NeverReturnExpired)
+            return not self._backend._new_cursor(self._cf, prefix, _successor(prefix),
+                                                 False).fill(1)
         return not self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, False)
 
     # Iteration sees the map as it is when keys()/values()/entries() (or head/tail/sub) is
@@ -524,11 +590,12 @@ cdef class NativeMapState(NativeState):
         return self.keys()
 
     def _iter(self, bytes prefix, bytes lower, bytes upper, bint reverse, int what):
-        cursor = self._backend._new_cursor(self._cf, lower, upper, reverse)
+        cursor = self._backend._new_cursor(self._cf, lower, upper, reverse, True)
         return self._drain(cursor, len(prefix), what)
 
     def _drain(self, _ScanCursor cursor, size_t plen, int what):
-        cdef CCodec ukc = self._uk_codec, vc = self._value_codec
+        cdef CCodec vc = self._value_codec
+        cdef RowCodec vrow = self._vrow
         cdef GateRef gate = self._gate_ref
         cdef NativeBackend be = self._backend
         cdef const CKeyValue* kv
@@ -539,25 +606,33 @@ cdef class NativeMapState(NativeState):
                     be._check_open()
                 kv = &cursor.buf[i]
                 if what == VALUES:
-                    yield _decode_map_value(vc, kv.value.data(), kv.value.size(), gate)
+                    yield _decode_map_value(vc, vrow, kv.value.data(), kv.value.size(), gate)
                     continue
                 if kv.key.size() < plen:
                     raise _CorruptionError("a map entry's key is shorter than its prefix")
-                uk = decode_whole(ukc, kv.key.data() + plen, kv.key.size() - plen, gate)
+                uk = _dec_uk(self, kv.key.data() + plen, kv.key.size() - plen)
                 if what == KEYS:
                     yield uk
                 else:
-                    yield (uk, _decode_map_value(vc, kv.value.data(), kv.value.size(), gate))
+                    yield (uk, _decode_map_value(vc, vrow, kv.value.data(), kv.value.size(), gate))
 
     cdef object _one_entry(self, bint last):
         cdef bytes prefix = self._prefix()
-        chunk = self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, last)
-        if not chunk:
-            return None
-        k, v = chunk[0]
-        return (decode_whole(self._uk_codec, PyBytes_AS_STRING(k) + len(prefix),
-                             <size_t>(PyBytes_GET_SIZE(k) - len(prefix)), self._gate_ref),
-                _decode_map_value(self._value_codec, PyBytes_AS_STRING(v),
+        cdef _ScanCursor cursor
+        if self._ttl:  # a read of the entry: skips, cleans up and restamps as reads do
+            cursor = self._backend._new_cursor(self._cf, prefix, _successor(prefix), last, True)
+            if not cursor.fill(1):
+                return None
+            k = _to_bytes(cursor.buf[0].key)
+            v = _to_bytes(cursor.buf[0].value)
+        else:
+            chunk = self._backend._raw_scan(self._cf, prefix, _successor(prefix), 1, last)
+            if not chunk:
+                return None
+            k, v = chunk[0]
+        return (_dec_uk(self, PyBytes_AS_STRING(k) + len(prefix),
+                        <size_t>(PyBytes_GET_SIZE(k) - len(prefix))),
+                _decode_map_value(self._value_codec, self._vrow, PyBytes_AS_STRING(v),
                                   <size_t>PyBytes_GET_SIZE(v), self._gate_ref))
 
 
@@ -572,7 +647,7 @@ cdef class NativeSortedMapState(NativeMapState):
 
     cdef bytes _bound(self, bytes prefix, object user_key):
         cdef string out
-        encode_value(self._uk_codec, user_key, &out)
+        encode_user_key(self._uk_codec, user_key, &out, self.name)
         return prefix + PyBytes_FromStringAndSize(out.data(), <Py_ssize_t>out.size())
 
     def first_entry(self):

@@ -16,18 +16,21 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, overload
 
 from typing import Sequence
 
-from . import _native, serializers
+from . import _native, serializers, sparktypes
 from .checkpoint.asynchronous import AsyncSnapshot
+from .checkpoint.documents import resolve_key
 from .checkpoint.full import take_full_snapshot
-from .checkpoint.handles import FullSnapshotHandle, IncrementalHandle
+from .checkpoint.handles import HANDLE_SUFFIX, FullSnapshotHandle, IncrementalHandle
 from .checkpoint.incremental import IncrementalCheckpointer
 from .checkpoint.restore import restore_backend
 from .checkpoint.storage import CheckpointStorage, as_storage
-from .descriptors import StateDescriptor, StateKind, check_no_pickle, validate_state_name
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          StateKind, ValueStateDescriptor, check_no_pickle, validate_state_name)
 from .functions import merge_operator_of
 from .errors import (IncompatibleStateError, StateEngineError, StateRegistrationError,
                      UnknownStateError)
@@ -52,6 +55,9 @@ _FIELD_NAMES = {"value_codec": "value serializer", "namespace_codec": "namespace
                 "native_op": "native function"}
 
 
+# Attributes that must agree as exactly as the fixed fields (the schemas of typed states).
+_SCHEMA_ATTRIBUTES = {"value_schema": "values", "user_key_schema": "user keys"}
+
 _FUNCTION_NAMES = {0: "none (a Python function or no function)", 1: "native SUM",
                    2: "native MIN", 3: "native MAX", 4: "native COUNT"}
 _MERGE_NAMES = {0: "none", 1: "list append", 2: "native numeric"}
@@ -62,6 +68,17 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
     if have["kind"] != want["kind"]:
         return (f"state '{name}' is registered as {have['kind']} state and cannot be re-registered "
                 f"as {want['kind']} state; use another name for the new state")
+    if bool(have.get("ttl")) != bool(want.get("ttl")):
+        # A TTL state stores a timestamp with every entry: the bytes differ. Flink refuses the
+        # same change (StateMigrationException) unless it migrates (Flink 2.2+); so do we.
+        if want.get("ttl"):
+            return (f"state '{name}' was written without TTL but the descriptor enables TTL "
+                    f"(ttl=StateTtlConfig(...)); TTL cannot be turned on for existing state "
+                    f"(its entries carry no timestamps). Keep the state without TTL or write "
+                    f"the TTL state under another name")
+        return (f"state '{name}' was written with TTL but the descriptor has none; TTL cannot "
+                f"be turned off for existing state (its entries carry timestamps). Pass a "
+                f"ttl=StateTtlConfig(...) to its descriptor (any duration) or use another name")
     for field in _META_FIELDS:
         if have.get(field) != want.get(field):
             what = _FIELD_NAMES[field]
@@ -73,6 +90,12 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
             return (f"state '{name}' has {what} {names.get(have.get(field), have.get(field))} but "
                     f"the descriptor asks for {names.get(want.get(field), want.get(field))}; keep "
                     f"the function kind or use another state name")
+    for attr, what in _SCHEMA_ATTRIBUTES.items():
+        if have.get(attr) != want.get(attr):
+            return (f"state '{name}' stores {what} of schema {have.get(attr) or '(none)'} but the "
+                    f"descriptor declares {want.get(attr) or '(none)'}; typed state keeps its "
+                    f"schema for life (no schema evolution): declare the same schema or use "
+                    f"another state name")
     return None
 
 
@@ -100,6 +123,8 @@ class KeyedStateBackend(_native.NativeBackend):
                key_group_range: KeyGroupRange | None, key_type: Any,
                cf_metas: list[dict], require_empty: bool = True,
                allow_pickle: bool = False) -> None:
+        """``require_empty``: a new backend in an empty directory; otherwise the RocksDB
+        directory a restore placed at path/db, which must exist as it is (never created)."""
         self._allow_pickle = bool(allow_pickle)
         # Held from a snapshot's or checkpoint's sync part until it is tracked, and by close()
         # while it refuses further calls: close() then waits for every tracked one.
@@ -124,7 +149,7 @@ class KeyedStateBackend(_native.NativeBackend):
         self._pending: set[AsyncSnapshot[Any]] = set()
         specs = [_cf_spec(m) for m in cf_metas]
         self._native_open(os.path.join(self._path, "db"), max_parallelism, kgr.start, kgr.end,
-                          specs)
+                          specs, require_empty)
         self._cf_index: dict[str, int] = {m["name"]: i for i, m in enumerate(cf_metas)}
         self._cf_metas: dict[str, dict] = {m["name"]: dict(m) for m in cf_metas}
         if key_type is not None:
@@ -135,12 +160,13 @@ class KeyedStateBackend(_native.NativeBackend):
         self.last_restore_stats: dict | None = None
 
     @classmethod
-    def _open_existing(cls, path: str, max_parallelism: int, key_group_range: KeyGroupRange,
-                       cf_metas: list[dict], key_type: Any,
-                       allow_pickle: bool = False) -> "KeyedStateBackend":
-        """Opens a restored RocksDB directory (path/db) with the column families it holds."""
+    def open_restored(cls, path: str, max_parallelism: int, key_group_range: KeyGroupRange,
+                      cf_metas: Sequence[dict], key_type: Any,
+                      allow_pickle: bool = False) -> "KeyedStateBackend":
+        """Opens a restored RocksDB directory (path/db) with the column families it holds
+        (checkpoint.interface.BackendFactory)."""
         backend = cls.__new__(cls)
-        backend._setup(path, max_parallelism, key_group_range, key_type, cf_metas,
+        backend._setup(path, max_parallelism, key_group_range, key_type, list(cf_metas),
                        require_empty=False, allow_pickle=allow_pickle)
         return backend
 
@@ -174,9 +200,34 @@ class KeyedStateBackend(_native.NativeBackend):
             raise UnknownStateError(self._unknown(name))
         return meta
 
-    def _cf_names(self) -> list[str]:
-        """Every column family (states and timers) in creation order: snapshot state ids."""
-        return sorted(self._cf_index, key=self._cf_index.__getitem__)
+    # ---- the checkpoint contract (checkpoint.interface) -------------------------------------
+
+    @property
+    def staging_dir(self) -> str:
+        return self._staging_dir
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return self._checkpoint_dir
+
+    def column_families(self) -> list[tuple[str, int]]:
+        """(name, index) of every column family (states and timers) in creation order: their
+        snapshot state ids."""
+        return sorted(self._cf_index.items(), key=lambda item: item[1])
+
+    def column_family(self, name: str) -> int:
+        cf = self._cf_index.get(name)
+        if cf is None:
+            raise UnknownStateError(self._unknown(name))
+        return cf
+
+    def track_snapshot(self, snap: AsyncSnapshot[Any]) -> AsyncSnapshot[Any]:
+        self._pending = {s for s in self._pending if not s.done()}
+        self._pending.add(snap)
+        return snap
+
+    def adopt_checkpoint(self, handle: IncrementalHandle) -> None:
+        self._checkpointer.adopt(handle)
 
     def _internal_cf(self, name: str, meta: dict) -> int:
         cf = self._cf_index.get(name)
@@ -187,13 +238,15 @@ class KeyedStateBackend(_native.NativeBackend):
             self._cf_index[name] = cf
         return cf
 
-    def _ensure_cf(self, meta: dict, source: str) -> int:
+    def restored_column_family(self, meta: dict, source: str) -> int:
         """The column family for a restored state's meta, created if new; a conflicting meta
         under the same name is an IncompatibleStateError naming the source."""
         name = meta["name"]
-        have = self._cf_metas.get(name)
-        if have is not None:
-            conflict = describe_meta_conflict(name, have, meta)
+        registered = self._cf_metas.get(name)
+        if registered is not None:
+            # The restored meta is what was written; what is registered (a full restore
+            # registers the descriptors first) is what is asked for.
+            conflict = describe_meta_conflict(name, meta, registered)
             if conflict:
                 raise IncompatibleStateError(f"{source}: {conflict}")
             return self._cf_index[name]
@@ -202,8 +255,8 @@ class KeyedStateBackend(_native.NativeBackend):
         self._cf_index[name] = cf
         return cf
 
-    def _check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
-                               source: str) -> None:
+    def check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
+                              source: str) -> None:
         if max_parallelism != self._max_parallelism:
             raise IncompatibleStateError(
                 f"{source} was written with max_parallelism {max_parallelism}, the backend has "
@@ -215,11 +268,34 @@ class KeyedStateBackend(_native.NativeBackend):
             self._native_set_key_codecs(codecs, bool(key_is_tuple))
         elif tuple(self.key_codecs) != codecs or self.key_is_tuple != bool(key_is_tuple):
             names = lambda cs: ", ".join(serializers.codec_name(c) for c in cs)  # noqa: E731
+            written = [serializers.codec_name(c) for c in codecs]
+            hint = repr(tuple(written)) if key_is_tuple else repr(written[0])
             raise IncompatibleStateError(
                 f"{source} holds keys of type ({names(codecs)}) but this backend's keys are "
-                f"({names(self.key_codecs)})")
+                f"({names(self.key_codecs)}): the key type changed since the checkpoint was "
+                f"written. Open it with key_type={hint} (the type it was written with), or "
+                f"keep the new key type in a new checkpoint location; to convert the state, "
+                f"read it with stateengine.spark.read_state, cast the key column and write it "
+                f"with bootstrap_state")
 
     # ---- registration -----------------------------------------------------------------------
+
+    # One overload per descriptor kind, so that editors and type checkers know the handle's
+    # methods (SortedMap before Map: it is a subclass).
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: SortedMapStateDescriptor) -> SortedMapState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    @overload
+    def get_state(self, descriptor: StateDescriptor) -> Any: ...
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The handle of the state ``descriptor`` describes, registering it on first use."""
@@ -237,20 +313,38 @@ class KeyedStateBackend(_native.NativeBackend):
             if conflict:
                 raise StateRegistrationError(conflict)
             if name in self._states:
+                registered = self._states[name].descriptor.ttl
+                if registered != descriptor.ttl:
+                    raise StateRegistrationError(
+                        f"state '{name}' is registered with {registered!r}; the descriptor asks "
+                        f"for {descriptor.ttl!r}. A backend keeps one TTL setting per state: "
+                        f"pass the same StateTtlConfig (it may change when the state is restored "
+                        f"into a new backend)")
                 return self._states[name]
         cf = self._cf_index.get(name)
         if cf is None:
             cf = self._native_create_cf(*_cf_spec(want))
             self._cf_metas[name] = want  # before the index: a snapshot on another thread
             self._cf_index[name] = cf  # lists the index, then reads each meta
+        if descriptor.ttl is not None:
+            ttl = descriptor.ttl
+            # a typed list's elements are measured by their schema (csrc/ttl.h)
+            program = (sparktypes.program(descriptor.value_schema)
+                       if descriptor.value_schema is not None else b"")
+            self._native_configure_ttl(cf, ttl.ttl_ms, ttl.update_on_read, ttl.return_expired,
+                                       program)
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
+        if descriptor.value_schema is not None:
+            handle._set_value_row(_native.row_codec(descriptor.value_schema))
         kind = descriptor.kind
         if kind is StateKind.VALUE:
             handle._set_default(descriptor.default)
         elif kind in (StateKind.MAP, StateKind.SORTED_MAP):
-            handle._set_user_key_codec(int(descriptor.user_key_codec))
+            uk_schema = descriptor.user_key_schema
+            handle._set_user_key_codec(int(descriptor.user_key_codec),
+                                       None if uk_schema is None else _native.row_codec(uk_schema))
         elif kind is StateKind.REDUCING:
             handle._set_function(descriptor.reduce_function, descriptor.native)
         elif kind is StateKind.AGGREGATING:
@@ -293,29 +387,36 @@ class KeyedStateBackend(_native.NativeBackend):
     # ---- snapshots and checkpoints -------------------------------------------------------
 
     def snapshot(self, target: CheckpointStorage | str | os.PathLike, name: str,
-                 compress: bool = True) -> AsyncSnapshot[FullSnapshotHandle]:
+                 compress: bool = True,
+                 hmac_key: bytes | str | None = None) -> AsyncSnapshot[FullSnapshotHandle]:
         """Starts a full snapshot (savepoint layout) to ``name`` under ``target`` (a directory
-        or URI). Writes after this call returns are not in it; ``result()`` gives the handle."""
-        storage = as_storage(target)
+        or URI), with its handle published beside it as ``name + ".handle.json"``. Writes after
+        this call returns are not in it; ``result()`` gives the handle. ``hmac_key`` (default
+        ``$STATEENGINE_CHECKPOINT_KEY``) authenticates the handle and the files' content."""
+        storage, key = as_storage(target), resolve_key(hmac_key)
         with self._lifecycle:
             self.timer_service._return_in_flight()
-            return take_full_snapshot(self, storage, name, compress)
+            return take_full_snapshot(self, storage, name, compress, key)
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
                    private_dir: str | None = None, manifest_path: str | None = None,
-                   shared_dir: str = "shared",
-                   extra: dict | None = None) -> AsyncSnapshot[IncrementalHandle]:
+                   shared_dir: str = "shared", extra: dict | None = None,
+                   hmac_key: bytes | str | None = None) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
         ``chk-<id>/kg<start>-<end>-<unique>``, so several backends may checkpoint the same id
-        into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``."""
+        into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``
+        (default, with the default private dir: ``<private dir>.handle.json``). ``hmac_key`` as
+        for ``snapshot``."""
         private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
                                   f"{uuid.uuid4().hex[:12]}")
-        storage = as_storage(target)
+        if manifest_path is None and private_dir is None:
+            manifest_path = private + HANDLE_SUFFIX
+        storage, key = as_storage(target), resolve_key(hmac_key)
         with self._lifecycle:
             self.timer_service._return_in_flight()
             return self._checkpointer.checkpoint(checkpoint_id, storage, private, manifest_path,
-                                                 shared_dir, extra)
+                                                 shared_dir, extra, key)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms checkpoint ``checkpoint_id`` (see IncrementalCheckpointer)."""
@@ -336,11 +437,15 @@ class KeyedStateBackend(_native.NativeBackend):
                 key_group_range: KeyGroupRange | None = None, max_parallelism: int | None = None,
                 key_type: Any = None, descriptors: Sequence[StateDescriptor] = (),
                 operator_index: int = 0, parallelism: int = 1,
-                allow_pickle: bool = False) -> "KeyedStateBackend":
+                allow_pickle: bool = False,
+                hmac_key: bytes | str | None = None) -> "KeyedStateBackend":
         """A new backend at ``path`` holding ``key_group_range`` (default: the handles' union)
         restored from full snapshots or incremental checkpoints written at any parallelism.
-        ``descriptors`` are checked against the restored metas up front; operator state is
-        redistributed to instance ``operator_index`` of ``parallelism``.
+        ``handles`` are handle objects, their ``to_dict()`` forms, or handles read with
+        ``stateengine.load_handle``. ``descriptors`` are checked against the restored metas up
+        front; operator state is redistributed to instance ``operator_index`` of
+        ``parallelism``. ``hmac_key`` (default ``$STATEENGINE_CHECKPOINT_KEY``) is required of
+        handle dicts.
 
         Checkpoints written before snapshot format 2 may hold pickles (values, namespaces and
         map user keys of the default serializer that were not primitives, and operator
@@ -350,23 +455,20 @@ class KeyedStateBackend(_native.NativeBackend):
         pickled values raise it when read."""
         return restore_backend(cls, os.path.abspath(os.fspath(path)), handles, key_group_range,
                                max_parallelism, key_type, descriptors, operator_index, parallelism,
-                               allow_pickle=allow_pickle)
+                               resolve_key(hmac_key), allow_pickle=allow_pickle)
 
     @classmethod
     def open_for_reading(cls, path: str | os.PathLike, handles: Sequence[Any],
                          key_group_range: KeyGroupRange | None = None,
-                         allow_pickle: bool = False) -> "KeyedStateBackend":
+                         allow_pickle: bool = False,
+                         hmac_key: bytes | str | None = None) -> "KeyedStateBackend":
         """Keyed state of ``handles`` as stored, for tools that read raw entries (``stateengine
         dump``, ``stateengine.spark.read_state``): no operator state and no conversion of
         entries written before format 2, so a pickle stays a pickle until a reader with
-        ``allow_pickle`` decodes it."""
+        ``allow_pickle`` decodes it. ``hmac_key`` as for ``restore``."""
         return restore_backend(cls, os.path.abspath(os.fspath(path)), handles, key_group_range,
-                               None, None, (), 0, 1, allow_pickle=allow_pickle, keyed_only=True)
-
-    def _track(self, snap: AsyncSnapshot[Any]) -> AsyncSnapshot[Any]:
-        self._pending = {s for s in self._pending if not s.done()}
-        self._pending.add(snap)
-        return snap
+                               None, None, (), 0, 1, resolve_key(hmac_key),
+                               allow_pickle=allow_pickle, keyed_only=True)
 
     def _wait_pending(self, cancel: bool) -> None:
         for snap in list(self._pending):
@@ -388,6 +490,17 @@ class KeyedStateBackend(_native.NativeBackend):
         self.operator_state._sealed = None
 
     # ---- lifecycle --------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, int]:
+        """What this backend holds now, from RocksDB's own figures (nothing is scanned):
+        ``estimated_keys`` (entries over every state, RocksDB's estimate), ``live_sst_bytes``
+        and ``sst_files`` (the files a checkpoint would reference), ``memtable_bytes`` (not yet
+        flushed), ``table_reader_bytes`` (index and filter blocks outside the cache),
+        ``pending_compaction_bytes``, ``pinned_bytes`` (pinned in the block cache, which all
+        backends of the process share) and ``states`` (registered states and timers)."""
+        m = self._native_metrics()
+        m["states"] = len(self._cf_index)
+        return m
 
     def close(self) -> None:
         """Cancels running snapshots, then closes RocksDB; every later call on the backend or
@@ -421,9 +534,16 @@ class KeyedStateBackend(_native.NativeBackend):
                 f"{self._range}, {state})")
 
 
-def _cf_spec(meta: dict) -> tuple[str, int, int, int]:
-    """(name, merge kind, C++ merge operator, value codec) of a state's column family."""
-    return (meta["name"], meta["merge"], merge_operator_of(meta["native_op"]), meta["value_codec"])
+# Where a state with TTL keeps its timestamps (csrc/ttl.h TtlLayout), by kind.
+_TTL_LAYOUTS = {StateKind.LIST.value: 3, StateKind.MAP.value: 2, StateKind.SORTED_MAP.value: 2}
+
+
+def _cf_spec(meta: dict) -> tuple[str, int, int, int, int]:
+    """(name, merge kind, C++ merge operator, value codec, TTL layout) of a state's column
+    family; the layout is 0 without TTL, else 1 (value), 2 (map) or 3 (list)."""
+    layout = _TTL_LAYOUTS.get(meta["kind"], 1) if meta.get("ttl") else 0
+    return (meta["name"], meta["merge"], merge_operator_of(meta["native_op"]), meta["value_codec"],
+            layout)
 
 
 def _prepare_empty_dir(path: str) -> None:

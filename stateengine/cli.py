@@ -1,13 +1,22 @@
 """``stateengine``: look at checkpoint directories without Spark.
 
-    stateengine versions CHECKPOINT [--operator OP]      versions, partitions, sizes
-    stateengine verify   CHECKPOINT --operator OP [-v V] check every file's size and CRC-32C
+    stateengine versions CHECKPOINT [--operator OP]      versions, partitions, sizes, damage
+    stateengine verify   CHECKPOINT --operator OP [-v V | --all]
+                                                         check every manifest, marker and file
+    stateengine verify   CHECKPOINT --handle NAME.handle.json
+                                                         the same for a snapshot or checkpoint
     stateengine dump     CHECKPOINT --operator OP --state NAME [-v V] [--limit N]
                          [--allow-pickle]                entries as JSON lines
     stateengine meta     SNAPSHOT_FILE                   the meta block of a full snapshot
 
-CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Exit status 1 means
-the checkpoint is missing or damaged; the message names the file.
+CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without -v the newest
+version is used; if it is damaged that is an error, never a quiet fall back to an older one.
+--key-file FILE (or $STATEENGINE_CHECKPOINT_KEY) authenticates manifests and files written
+with that key. Exit status 1 means the checkpoint, operator or version is missing (the message
+lists what exists) or damaged (the message names the file); 0 means all was read and checked.
+
+Typed states (a Spark schema in the descriptor) print their values as JSON objects with the
+schema's field names; decimals, dates and timestamps as text, binary as base64.
 
 Nothing is unpickled unless you pass --allow-pickle (unpickling runs code from the checkpoint):
 without it, ``dump`` prints a pickled value (a value_type="pickle" state, or a value an
@@ -24,12 +33,13 @@ import sys
 import tempfile
 from typing import Any
 
-from . import _native
+from . import _native, sparktypes
 from .backend import KeyedStateBackend
-from .checkpoint.meta import SnapshotMeta
+from .checkpoint.documents import resolve_key
+from .checkpoint.meta import HEADER, SnapshotMeta
 from .checkpoint.storage import CheckpointStorage
-from .checkpoint.versions import VersionCatalog
-from .errors import StateEngineError
+from .checkpoint.versions import OPERATOR_PROPERTIES, VersionCatalog
+from .errors import CheckpointNotFoundError, CorruptionError, StateEngineError
 from .keygroups import KeyGroupRange
 from .serializers import codec_name, to_json
 
@@ -38,63 +48,190 @@ def _json(value: Any) -> Any:
     return to_json(value)
 
 
+def _key(args: argparse.Namespace) -> bytes | None:
+    if getattr(args, "key_file", None):
+        with open(args.key_file, "rb") as f:
+            return resolve_key(f.read().strip())
+    return resolve_key(None)
+
+
+def _storage(args: argparse.Namespace) -> CheckpointStorage:
+    storage = CheckpointStorage(args.checkpoint)
+    if not storage.is_dir(""):
+        raise CheckpointNotFoundError(f"checkpoint directory {storage.location} does not exist")
+    return storage
+
+
+def _operators(storage: CheckpointStorage) -> list[str]:
+    """Directories of the root that hold an operator's state."""
+    out = []
+    for info in storage.list_dir(""):
+        if info.type.name == "Directory":
+            names = {i.base_name for i in storage.list_dir(info.base_name)}
+            if OPERATOR_PROPERTIES in names or any(n.startswith("v") and n[1:].isdigit()
+                                                   for n in names):
+                out.append(info.base_name)
+    return sorted(out)
+
+
+def _row_codec(schema: str | None) -> Any:
+    return None if schema is None else _native.row_codec(sparktypes.parse_ddl(schema))
+
+
+def _typed_json(row: Any, value: Any) -> Any:
+    return sparktypes.to_json_value(row.type, value)
+
+
 def _catalog(args: argparse.Namespace) -> VersionCatalog:
-    return VersionCatalog(CheckpointStorage(args.checkpoint), args.operator)
+    storage = _storage(args)
+    operators = _operators(storage)
+    if args.operator not in operators:
+        raise CheckpointNotFoundError(
+            f"{storage.location} has no operator '{args.operator}' (operators: "
+            f"{', '.join(operators) or 'none'})")
+    return VersionCatalog(storage, args.operator, _key(args))
 
 
-def _handles(args: argparse.Namespace) -> tuple[int, list]:
-    catalog = _catalog(args)
-    rel = f"{args.operator}/_operator.json"
-    max_p = (json.loads(catalog.storage.read_bytes(rel))["max_parallelism"]
-             if catalog.storage.exists(rel) else 128)
-    full = KeyGroupRange.all(max_p)
-    version = args.version if args.version is not None else catalog.latest_version(full)
+def _full_range(catalog: VersionCatalog) -> KeyGroupRange:
+    props = catalog.properties()
+    return KeyGroupRange.all(props["max_parallelism"] if props else 128)
+
+
+def _version(args: argparse.Namespace, catalog: VersionCatalog) -> int:
+    if args.version is not None:
+        return args.version
+    version = catalog.latest_version(_full_range(catalog))  # raises if the newest is damaged
     if version == 0:
-        raise StateEngineError(f"{catalog.describe()} has no committed version")
-    return version, catalog.handles_for(version, full)
+        raise CheckpointNotFoundError(f"{catalog.describe()} has no committed version "
+                                      f"(versions present: {catalog.version_dirs() or 'none'})")
+    return version
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    storage = CheckpointStorage(args.checkpoint)
-    operators = [args.operator] if args.operator else sorted(
-        i.base_name for i in storage.list_dir("") if i.type.name == "Directory")
-    for op in operators:
-        catalog = VersionCatalog(storage, op)
-        versions = catalog.versions()
-        if not versions:
-            continue
+    storage = _storage(args)
+    present = _operators(storage)
+    if args.operator is not None and args.operator not in present:
+        raise CheckpointNotFoundError(f"{storage.location} has no operator '{args.operator}' "
+                                      f"(operators: {', '.join(present) or 'none'})")
+    if not present:
+        raise CheckpointNotFoundError(f"{storage.location} holds no operator state")
+    damaged = 0
+    for op in [args.operator] if args.operator else present:
+        catalog = VersionCatalog(storage, op, _key(args))
         print(f"operator {op}")
-        for v in versions:
-            parts = catalog.manifests(v)
-            size = sum(d.get("stats", {}).get("bytes_total", 0) for _, _, d in parts)
-            ns = sorted({n for _, n, _ in parts})
-            marker = catalog.committed_partitions(v)
-            print(f"  version {v:>6}: {len(parts)} manifest(s) for {ns} partition(s)"
-                  f"{' (committed by driver)' if marker else ''}, {size / 1e6:.1f} MB")
+        try:
+            catalog.check_operator_dir()
+            full = _full_range(catalog)
+        except CorruptionError as e:
+            print(f"  DAMAGED: {e}")
+            damaged += 1
+            continue
+        for v in catalog.version_dirs():
+            st = catalog.status(v, full)
+            if st.state == "damaged":
+                damaged += 1
+                print(f"  version {v:>6}: DAMAGED: {st.detail}")
+            elif st.manifests == 0:
+                print(f"  version {v:>6}: incomplete, no manifest (an unfinished commit)")
+            else:
+                what = "complete" if st.state == "complete" else "incomplete"
+                marked = " (committed by driver)" if st.marked else ""
+                print(f"  version {v:>6}: {st.manifests} manifest(s) for "
+                      f"{list(st.partition_counts)} partition(s){marked}, {what}, "
+                      f"{st.bytes_total / 1e6:.1f} MB")
+    if damaged:
+        print(f"stateengine: {damaged} damaged version(s) or operator(s) above", file=sys.stderr)
+        return 1
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    version, handles = _handles(args)
+def _verify_version(catalog: VersionCatalog, version: int, scratch: str) -> tuple[int, int]:
+    """(partitions, files) of version after checking its manifests, marker and every file."""
+    handles = catalog.handles_for(version, _full_range(catalog))
     files = 0
+    for h in handles:
+        storage = CheckpointStorage(h.root)
+        for ref in h.all_files():
+            local = storage.open_verified(ref, scratch)
+            if not storage.is_local:
+                os.remove(local)
+            files += 1
+    return len(handles), files
+
+
+def _verify_handle(args: argparse.Namespace) -> int:
+    """A full snapshot's or an incremental checkpoint's handle and every file it names."""
+    from .checkpoint.handles import read_handle
+
+    storage = _storage(args)
+    handle, _ = read_handle(storage, args.handle, _key(args))
     scratch = tempfile.mkdtemp(prefix="stateengine-verify-")
     try:
-        for h in handles:
-            storage = CheckpointStorage(h.root)
-            refs = list(h.files()) + ([h.operator_state.file] if h.operator_state else [])
-            for ref in refs:
-                local = storage.open_verified(ref, scratch)
-                if not storage.is_local:
-                    os.remove(local)
-                files += 1
+        files = handle.files() if handle.kind == "full" else handle.all_files()
+        for ref in files:
+            local = storage.open_verified(ref, scratch)
+            if handle.kind == "full" and ref is handle.file:
+                _check_snapshot_meta(handle, local, storage.describe(ref.path))
+            if not storage.is_local:
+                os.remove(local)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"version {version}: {len(handles)} partition(s), {files} files verified")
+    print(f"{handle.kind} checkpoint {args.handle}: key groups {handle.key_group_range.start}.."
+          f"{handle.key_group_range.end}, {len(files)} files verified")
+    return 0
+
+
+def _check_snapshot_meta(handle: Any, local: str, source: str) -> None:
+    with open(local, "rb") as f:
+        head = f.read(handle.meta_length)
+    _, end = SnapshotMeta.decode(head, source)
+    if end != handle.meta_length:
+        raise CorruptionError(f"{source}: the meta block has {end} bytes but the handle "
+                              f"recorded {handle.meta_length}")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if args.handle is not None:
+        return _verify_handle(args)
+    if args.operator is None:
+        raise ValueError("verify needs --operator OP (a StateStore's versions) or --handle PATH "
+                         "(a snapshot's or checkpoint's handle file)")
+    catalog = _catalog(args)
+    catalog.properties()
+    catalog.check_operator_dir()
+    if args.all:
+        versions = catalog.version_dirs()
+        if not versions:
+            raise CheckpointNotFoundError(f"{catalog.describe()} has no version")
+    else:
+        versions = [_version(args, catalog)]
+    scratch = tempfile.mkdtemp(prefix="stateengine-verify-")
+    failed = 0
+    try:
+        for v in versions:
+            try:
+                parts, files = _verify_version(catalog, v, scratch)
+                print(f"version {v}: {parts} partition(s), {files} files verified")
+            except StateEngineError as e:
+                if not args.all:
+                    raise
+                if isinstance(e, CheckpointNotFoundError) and not isinstance(e, CorruptionError):
+                    print(f"version {v}: incomplete ({e})")
+                    continue
+                failed += 1
+                print(f"version {v}: DAMAGED: {e}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if failed:
+        print(f"stateengine: {failed} damaged version(s)", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    version, handles = _handles(args)
+    catalog = _catalog(args)
+    version = _version(args, catalog)
+    handles = catalog.handles_for(version, _full_range(catalog))
     mode = _native.PICKLE_ALLOW if args.allow_pickle else _native.PICKLE_OPAQUE
     gate = _native.PickleGate(mode, f"state '{args.state}'")
     printed = 0
@@ -104,31 +241,51 @@ def cmd_dump(args: argparse.Namespace) -> int:
             names = ", ".join(m["name"] for m in h.states if not m["name"].startswith("__"))
             raise StateEngineError(f"version {version} has no state '{args.state}' (states: {names})")
         has_uk = meta["kind"] in ("map", "sorted_map")
+        value_row, uk_row = (_row_codec(meta.get(a)) for a in ("value_schema", "user_key_schema"))
         scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
-        backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
-                                                     h.key_group_range, args.allow_pickle)
         try:
-            for raw_key, raw_value in backend._raw_scan(backend._cf_index[args.state]):
-                if args.limit is not None and printed >= args.limit:
-                    return 0
-                kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
-                row = {"key_group": kg, "key": key,
-                       "namespace": _native.decode_for_codec(meta["namespace_codec"], ns, gate)}
-                if has_uk:
-                    row["user_key"] = _native.decode_for_codec(meta["user_key_codec"], uk, gate)
-                row["value"] = _native.decode_stored_value(meta["kind"], meta["value_codec"],
-                                                           raw_value, gate)
-                print(json.dumps(_json(row)))
-                printed += 1
+            backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
+                                                         h.key_group_range, args.allow_pickle)
+            try:
+                for raw_key, raw_value in backend._raw_scan(backend.column_family(args.state)):
+                    if args.limit is not None and printed >= args.limit:
+                        return 0
+                    kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"],
+                                                               has_uk)
+                    row = _json({"key_group": kg, "key": key,
+                                 "namespace": _native.decode_for_codec(meta["namespace_codec"],
+                                                                       ns, gate)})
+                    if has_uk:
+                        row["user_key"] = (
+                            _typed_json(uk_row, uk_row.decode_bytes(uk)) if uk_row else
+                            _json(_native.decode_for_codec(meta["user_key_codec"], uk, gate)))
+                    if meta.get("ttl"):  # State TTL: the last access time(s) on their own
+                        raw_value, row["last_access_ms"] = _native.split_ttl_value(
+                            meta["kind"], meta["value_codec"], raw_value, value_row)
+                    value = _native.decode_stored_value(meta["kind"], meta["value_codec"],
+                                                        raw_value, gate, value_row)
+                    if value_row is None:
+                        row["value"] = _json(value)
+                    elif meta["kind"] == "list":
+                        row["value"] = [_typed_json(value_row, e) for e in value]
+                    else:
+                        row["value"] = _typed_json(value_row, value)
+                    print(json.dumps(row, ensure_ascii=False))
+                    printed += 1
+            finally:
+                backend.dispose()
         finally:
-            backend.dispose()
             shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
 def cmd_meta(args: argparse.Namespace) -> int:
+    size = os.path.getsize(args.file)
     with open(args.file, "rb") as f:
-        head = f.read(1 << 20)
+        head = f.read(HEADER.size)
+        if len(head) == HEADER.size:  # the block's own length, bounded by the file
+            length = HEADER.unpack(head)[2]
+            head += f.read(min(length, size - HEADER.size))
     meta, length = SnapshotMeta.decode(head, args.file)
     print(json.dumps({
         "meta_block_bytes": length, "max_parallelism": meta.max_parallelism,
@@ -148,9 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn in (("versions", cmd_versions), ("verify", cmd_verify), ("dump", cmd_dump)):
         sp = sub.add_parser(name)
         sp.add_argument("checkpoint")
-        sp.add_argument("--operator", required=name != "versions", default=None)
+        sp.add_argument("--operator", required=name == "dump", default=None)
+        sp.add_argument("--key-file", default=None,
+                        help="file holding the checkpoint key (default: "
+                             "$STATEENGINE_CHECKPOINT_KEY)")
         if name != "versions":
             sp.add_argument("-v", "--version", type=int, default=None)
+        if name == "verify":
+            sp.add_argument("--all", action="store_true", help="verify every version")
+            sp.add_argument("--handle", default=None,
+                            help="verify the snapshot or checkpoint whose handle (e.g. "
+                                 "NAME.handle.json) lies at this path under CHECKPOINT")
         if name == "dump":
             sp.add_argument("--state", required=True)
             sp.add_argument("--limit", type=int, default=None)
@@ -165,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return args.fn(args)
-    except (StateEngineError, OSError) as e:
+    except (StateEngineError, OSError, ValueError) as e:
         print(f"stateengine: {e}", file=sys.stderr)
         return 1
 

@@ -4,6 +4,9 @@ A descriptor is registered with ``backend.get_state(descriptor)``. Registering t
 again returns the same handle if kind and serializers agree, and raises
 ``StateRegistrationError`` otherwise. ``meta()`` is what snapshots persist and what restore
 checks against.
+
+Every descriptor takes ``ttl=StateTtlConfig(...)`` (stateengine/ttl.py) for State TTL; its meta
+then carries the attribute ``"ttl": True`` (the duration is configuration, not persisted).
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, ClassVar
 
-from . import serializers
+from . import serializers, sparktypes
 from .aggregates import NativeAggregate
-from .errors import StateRegistrationError
+from .errors import SerializationError, StateRegistrationError
 from .functions import AggregateFunction
 from .reducers import NativeReducer
 from .serializers import Codec
+from .ttl import StateTtlConfig, check_ttl
 
 RESERVED_PREFIX = "__"
 # Longest state name, in UTF-8 bytes. Snapshot metas store a name's length in 16 bits; names
@@ -89,18 +93,28 @@ def check_no_pickle(descriptor: StateDescriptor) -> None:
 
 class StateDescriptor:
     """Base of all descriptors. ``namespace_type=None`` means the state only uses the default
-    namespace; anything else (e.g. ``int`` or ``object``) enables ``set_current_namespace``."""
+    namespace; anything else (e.g. ``int`` or ``object``) enables ``set_current_namespace``.
+
+    ``value_type`` may be a Spark schema: a DDL string (``"count long, last string, seen
+    array<long>"``) or a pyspark ``DataType`` such as a ``StructType``. Values are then tuples
+    (or pyspark Rows, or dicts keyed by field name) of that schema, stored by the typed row
+    codec; ``value()`` returns tuples. See the README's "Typed state".
+
+    ``ttl`` (a StateTtlConfig) gives the state a time-to-live (stateengine/ttl.py)."""
 
     kind: ClassVar[StateKind]
 
-    def __init__(self, name: str, value_type: Any = None, namespace_type: Any = None) -> None:
+    def __init__(self, name: str, value_type: Any = None, namespace_type: Any = None, *,
+                 ttl: StateTtlConfig | None = None) -> None:
         self.name = validate_state_name(name)
         self.value_type = value_type
-        self.value_codec = serializers.value_codec(value_type)
+        self.value_codec, self.value_schema = serializers.typed_codec(value_type, "value_type")
         self.namespace_type = namespace_type
         self.namespace_codec = serializers.namespace_codec(namespace_type)
+        self.ttl = check_ttl(self.name, ttl)
 
     user_key_codec: Codec = Codec.VOID
+    user_key_schema: sparktypes.DataType | None = None
 
     def merge_spec(self) -> tuple[int, int, int]:
         """(merge kind, native op, numeric codec) of the column family."""
@@ -108,7 +122,7 @@ class StateDescriptor:
 
     def meta(self) -> dict[str, Any]:
         kind, op, _ = self.merge_spec()
-        return {
+        meta: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind.value,
             "value_codec": int(self.value_codec),
@@ -116,7 +130,14 @@ class StateDescriptor:
             "user_key_codec": int(self.user_key_codec),
             "merge": kind,
             "native_op": op,
+            # Attributes (persisted beside the fixed fields): the schemas of typed states.
+            **({"value_schema": self.value_schema.canonical()} if self.value_schema else {}),
+            **({"user_key_schema": self.user_key_schema.canonical()}
+               if self.user_key_schema else {}),
         }
+        if self.ttl is not None:
+            meta["ttl"] = True  # timestamps are stored with every entry
+        return meta
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -128,9 +149,18 @@ class ValueStateDescriptor(StateDescriptor):
     kind = StateKind.VALUE
 
     def __init__(self, name: str, value_type: Any = None, default: Any = None,
-                 namespace_type: Any = None) -> None:
-        super().__init__(name, value_type, namespace_type)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
+        super().__init__(name, value_type, namespace_type, ttl=ttl)
         self.default = default
+        if self.value_schema is not None and default is not None:
+            from . import _native
+
+            try:  # a default the schema cannot hold would fail every get_many
+                _native.row_codec(self.value_schema).encode_bytes(default)
+            except SerializationError as e:
+                raise StateRegistrationError(
+                    f"state '{name}': the default {default!r:.80} does not fit the value schema "
+                    f"{self.value_schema}: {e}") from None
 
 
 class ListStateDescriptor(StateDescriptor):
@@ -148,10 +178,16 @@ class MapStateDescriptor(StateDescriptor):
     kind = StateKind.MAP
 
     def __init__(self, name: str, user_key_type: Any = None, value_type: Any = None,
-                 namespace_type: Any = None) -> None:
-        super().__init__(name, value_type, namespace_type)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
+        super().__init__(name, value_type, namespace_type, ttl=ttl)
         self.user_key_type = user_key_type
-        self.user_key_codec = serializers.map_user_key_codec(user_key_type)
+        self.user_key_codec, self.user_key_schema = serializers.typed_codec(user_key_type,
+                                                                            "user_key_type")
+        if self.user_key_schema is not None and sparktypes.contains_map(self.user_key_schema):
+            raise StateRegistrationError(
+                f"state '{name}': user keys must compare by value, and a map type in the user "
+                f"key schema {self.user_key_schema} has no canonical order; use an array of "
+                f"key/value structs instead")
 
 
 class SortedMapStateDescriptor(MapStateDescriptor):
@@ -160,8 +196,8 @@ class SortedMapStateDescriptor(MapStateDescriptor):
     kind = StateKind.SORTED_MAP
 
     def __init__(self, name: str, user_key_type: Any, value_type: Any = None,
-                 namespace_type: Any = None) -> None:
-        StateDescriptor.__init__(self, name, value_type, namespace_type)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
+        StateDescriptor.__init__(self, name, value_type, namespace_type, ttl=ttl)
         self.user_key_type = user_key_type
         self.user_key_codec = serializers.sorted_user_key_codec(user_key_type)
 
@@ -180,8 +216,8 @@ class ReducingStateDescriptor(StateDescriptor):
     kind = StateKind.REDUCING
 
     def __init__(self, name: str, reduce_function: Any, value_type: Any = None,
-                 namespace_type: Any = None) -> None:
-        super().__init__(name, value_type, namespace_type)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
+        super().__init__(name, value_type, namespace_type, ttl=ttl)
         if not callable(reduce_function):
             raise StateRegistrationError(
                 f"state '{name}': reduce_function must be callable (a, b) -> c or one of "
@@ -204,8 +240,9 @@ class AggregatingStateDescriptor(StateDescriptor):
     kind = StateKind.AGGREGATING
 
     def __init__(self, name: str, aggregate_function: AggregateFunction,
-                 accumulator_type: Any = None, namespace_type: Any = None) -> None:
-        super().__init__(name, accumulator_type, namespace_type)
+                 accumulator_type: Any = None, namespace_type: Any = None, *,
+                 ttl: StateTtlConfig | None = None) -> None:
+        super().__init__(name, accumulator_type, namespace_type, ttl=ttl)
         missing = [m for m in ("create_accumulator", "add", "get_result", "merge")
                    if not callable(getattr(aggregate_function, m, None))]
         if missing:

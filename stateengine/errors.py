@@ -59,9 +59,20 @@ class CheckpointNotFoundError(StateEngineError, FileNotFoundError):
     """A checkpoint, version or checkpoint file that does not exist."""
 
 
+class CheckpointFileMissingError(CorruptionError, CheckpointNotFoundError):
+    """A file that a checkpoint's manifest or handle names is not there: the checkpoint is
+    damaged (a CorruptionError) and the file not found (a CheckpointNotFoundError)."""
+
+
 class IncompatibleStateError(StateEngineError, ValueError):
     """Restored state does not fit the descriptors registered now (kind, serializers, key type,
     max parallelism)."""
+
+
+class TtlTimeNotSetError(StateEngineError, RuntimeError):
+    """A state with TTL was read or written before the backend was given a TTL time
+    (``set_ttl_time``; ``batch_timestamp_ms=`` in stateengine.spark). TTL never reads the
+    wall clock."""
 
 
 class IllegalStoreStateError(StateEngineError, RuntimeError):
@@ -75,6 +86,11 @@ class SnapshotCancelledError(StateEngineError):
 class PickleNotAllowedError(StateEngineError, RuntimeError):
     """Stored data is a pickle and the reader did not pass ``allow_pickle=True``. Unpickling
     runs code chosen by whoever wrote the checkpoint, so it happens only on opt-in."""
+
+
+class MixedTypesError(StateEngineError, TypeError):
+    """The values of a default-serializer state have no single Spark type to read them as
+    (``read_state``); pass the type (``value_type=``...) explicitly."""
 
 
 class StreamingBatchError(StateEngineError, RuntimeError):

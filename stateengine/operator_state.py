@@ -12,13 +12,18 @@ written to one file next to the keyed state of each snapshot or checkpoint. Elem
 values of the default "any" serializer (None is refused): primitives, numpy scalars, and
 tuples, lists and dicts of them.
 
-File format 2 (big-endian; every length is checked against the bytes left)::
+File format 3 (big-endian; every length is checked against the bytes left)::
 
     b"SEOS" | u16 format | u32 operator index | u32 parallelism | u32 n states
     per state: u16 name length | UTF-8 name | u8 mode (0 split, 1 union)
                | u32 body length | body: the elements as one ANY-encoded list
+    u32 CRC-32C of every byte before it
 
-Format 1 files (stateengine before format 2) are a pickle; they are read only with
+The CRC is the file's own check, taken when the bytes are made: the checkpoint's handle
+records a CRC-32C of the file as stored too, but damage done before that one was taken (or a
+handle resealed over damaged bytes) would otherwise restore as different elements, since
+most byte changes of an ANY body still decode. Format 2 is the same without the CRC (read
+too). Format 1 files (stateengine before format 2) are a pickle; they are read only with
 ``allow_pickle=True``, since unpickling runs code from the file.
 """
 
@@ -34,9 +39,11 @@ from .errors import (CorruptionError, IllegalStoreStateError, PickleNotAllowedEr
 
 MODES = ("split", "union")
 MAGIC = b"SEOS"
-FORMAT = 2
+FORMAT = 3
+_UNCHECKED_FORMAT = 2  # format 3 without the trailing CRC-32C
 _LEGACY_FORMAT = 1  # a pickle of (1, operator index, parallelism, {name: (mode, elements)})
 _HEADER = struct.Struct(">4sHIII")
+_CRC = struct.Struct(">I")
 _STATE_HEAD = struct.Struct(">H")
 _STATE_BODY = struct.Struct(">BI")
 _ANY = 1  # codec id of the default serializer (serializers.Codec.ANY)
@@ -124,7 +131,8 @@ class OperatorStateBackend:
         return not self._states
 
     def snapshot_bytes(self) -> bytes:
-        """The operator state file (format 2): no pickle, every element ANY-encoded."""
+        """The operator state file (format 3): no pickle, every element ANY-encoded, a
+        CRC-32C of the whole at the end."""
         out = [_HEADER.pack(MAGIC, FORMAT, self.operator_index, self.parallelism,
                             len(self._states))]
         for name, s in self._states.items():
@@ -132,7 +140,8 @@ class OperatorStateBackend:
             body = _encode_elements(name, s.get())
             out += [_STATE_HEAD.pack(len(raw)), raw,
                     _STATE_BODY.pack(MODES.index(s.mode), len(body)), body]
-        return b"".join(out)
+        data = b"".join(out)
+        return data + _CRC.pack(_native.crc32c(data))
 
     @classmethod
     def restore(cls, snapshots: list[bytes], operator_index: int, parallelism: int,
@@ -168,9 +177,18 @@ def _decode(data: bytes, source: str,
                               f"operator state file)")
     try:
         _, fmt, old_index, _old_p, n = _HEADER.unpack_from(data)
-        if fmt != FORMAT:
+        if fmt == FORMAT:
+            # checked before anything is decoded: a damaged body must not reach the decoder
+            if len(data) < _HEADER.size + _CRC.size:
+                raise ValueError("the file is shorter than its header and checksum")
+            (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+            data = data[:-_CRC.size]
+            if crc != _native.crc32c(data):
+                raise ValueError("its CRC-32C does not match its contents")
+        elif fmt != _UNCHECKED_FORMAT:
             raise ValueError(f"operator state format {fmt} is not supported (this build reads "
-                             f"{FORMAT}, and {_LEGACY_FORMAT} with allow_pickle)")
+                             f"{FORMAT} and {_UNCHECKED_FORMAT}, and {_LEGACY_FORMAT} with "
+                             f"allow_pickle)")
         pos = _HEADER.size
         if n > (len(data) - pos) // (_STATE_HEAD.size + _STATE_BODY.size):
             raise ValueError(f"{n} states cannot fit in {len(data)} bytes")

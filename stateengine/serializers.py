@@ -10,7 +10,9 @@ Python type) and tuples, lists and dicts of all these (nested up to 64 levels, d
 same container types). ANY never pickles: other objects raise ``SerializationError``; store them
 in a state declared ``value_type="pickle"`` on a backend opened with ``allow_pickle=True``. A
 concrete ``value_type`` selects a strict codec without the tag, which refuses other types with
-``SerializationError``.
+``SerializationError``. A Spark schema (a DDL string such as ``"count long, last string"`` or a
+pyspark ``DataType``; see sparktypes.py) selects STRUCT, the typed row codec, whose schema the
+state's meta carries as its ``value_schema`` / ``user_key_schema`` attribute.
 
 Namespaces and map user keys of ANY use the same encoding, which is canonical (equal values of
 one type have equal bytes), so tuples work as windows and composite user keys.
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
+from . import _native, sparktypes
 from .errors import KeyTypeError, StateRegistrationError
 
 
@@ -46,6 +48,7 @@ class Codec(IntEnum):
     ORDERED_DOUBLE = 11
     ORDERED_STRING = 12
     ORDERED_BINARY = 13
+    STRUCT = 14
 
 
 _BY_NAME = {
@@ -100,7 +103,30 @@ def _is_dtype_like(spec: Any) -> bool:
 
 def value_codec(value_type: Any = None) -> Codec:
     """Codec of values (and list elements, accumulators): None means ANY."""
-    return Codec.ANY if value_type is None else _lookup(value_type, "value_type")
+    return typed_codec(value_type, "value_type")[0]
+
+
+# Spark types that an existing primitive codec stores: declared as a schema, they keep it.
+_PRIMITIVE_SPARK = {"bigint": Codec.BIGINT, "int": Codec.INT, "double": Codec.DOUBLE,
+                    "float": Codec.FLOAT, "string": Codec.STRING, "binary": Codec.BINARY,
+                    "boolean": Codec.BOOLEAN}
+
+
+def typed_codec(spec: Any, what: str) -> tuple[Codec, sparktypes.DataType | None]:
+    """(codec, schema) of a value or user key type: None is ANY; names and Python types of
+    the primitive codecs keep them (``"int"``, ``"bigint"``, ``str``...); any other string is
+    Spark DDL and a pyspark DataType a schema, both stored by the STRUCT codec (a schema of
+    one primitive Spark type, e.g. ``LongType()``, uses that type's primitive codec)."""
+    if spec is None:
+        return Codec.ANY, None
+    if isinstance(spec, str) and spec.lower() in _BY_NAME:
+        return _BY_NAME[spec.lower()], None
+    if isinstance(spec, (str, sparktypes.DataType)) or sparktypes.is_spark_type(spec):
+        schema = sparktypes.to_schema(spec)
+        if isinstance(schema, sparktypes.AtomicType) and schema.name in _PRIMITIVE_SPARK:
+            return _PRIMITIVE_SPARK[schema.name], None
+        return Codec.STRUCT, schema
+    return _lookup(spec, what), None
 
 
 def namespace_codec(namespace_type: Any = None) -> Codec:
@@ -110,12 +136,12 @@ def namespace_codec(namespace_type: Any = None) -> Codec:
 
 
 def map_user_key_codec(user_key_type: Any = None) -> Codec:
-    return value_codec(user_key_type)
+    return typed_codec(user_key_type, "user_key_type")[0]
 
 
 def sorted_user_key_codec(user_key_type: Any) -> Codec:
     """Order-preserving codec for SortedMapState user keys (int, float, str, bytes)."""
-    codec = _ORDERED.get(_lookup(user_key_type, "user_key_type"))
+    codec = _ORDERED.get(typed_codec(user_key_type, "user_key_type")[0])
     if codec is None:
         raise StateRegistrationError(
             f"SortedMapState user keys must be int, float, str or bytes (their encodings sort "

@@ -70,15 +70,19 @@ class ListState(_native.NativeListState):
     """
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        """Appends the lists of the source namespaces to target's and clears the sources."""
+        """Appends the lists of the source namespaces to target's and clears the sources.
+        With TTL the elements keep their last access times (as in Flink)."""
+        ttl = self.descriptor.ttl is not None
+        get, merge = ((self._stored_get_in, self._stored_merge_in) if ttl else
+                      (self._raw_get_in, self._raw_merge_in))
         found = []
         for ns in _distinct_sources(self, target, sources):
-            raw = self._raw_get_in(ns)
+            raw = get(ns)
             if raw is not None:
                 found.append((ns, raw))
         if not found:
             return
-        self._raw_merge_in(b",".join(raw for _, raw in found), target)
+        merge(b",".join(raw for _, raw in found), target)
         for ns, _ in found:
             self._raw_delete_in(ns)
 
@@ -93,7 +97,8 @@ class ListState(_native.NativeListState):
 
 
 class _MergingNumeric:
-    """Namespace merging shared by reducing and aggregating state."""
+    """Namespace merging shared by reducing and aggregating state. With TTL, expired sources
+    are left out and the merged value gets the current TTL time (Flink's TtlReduceFunction)."""
 
     def _combine(self, a: Any, b: Any) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError

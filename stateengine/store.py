@@ -19,14 +19,21 @@ import tempfile
 import time
 import uuid
 from enum import Enum
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, overload
 
 from .backend import KeyedStateBackend
+from .checkpoint.documents import resolve_key
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
-from .descriptors import StateDescriptor, check_no_pickle
+from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+                          ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
+                          ValueStateDescriptor, check_no_pickle)
 from .errors import CheckpointNotFoundError, IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+
+if TYPE_CHECKING:
+    from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
+                        ValueState)
 
 
 class StoreState(str, Enum):
@@ -36,8 +43,20 @@ class StoreState(str, Enum):
 
 
 def default_local_dir() -> str:
-    return os.environ.get("STATEENGINE_LOCAL_DIR") or os.path.join(tempfile.gettempdir(),
-                                                                   "stateengine")
+    """``$STATEENGINE_LOCAL_DIR``, else ``<tmp>/stateengine-scratch-<uid>``: a name no import
+    can resolve (a ``<tmp>/stateengine`` directory would shadow the package for a Python
+    started in the temp directory), and one per user, so users never share scratch space."""
+    return os.environ.get("STATEENGINE_LOCAL_DIR") or os.path.join(
+        tempfile.gettempdir(), f"stateengine-scratch-{_uid()}")
+
+
+def _uid() -> str:
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        return str(getuid())
+    import getpass
+
+    return getpass.getuser()
 
 
 class StateStoreProvider:
@@ -48,17 +67,21 @@ class StateStoreProvider:
     prunes older ones (and the shared files only they used) after each commit.
     ``allow_pickle`` is KeyedStateBackend's: without it nothing read from the checkpoint is
     ever unpickled (versions written before format 2 may need it once, see restore).
+    ``hmac_key`` (default ``$STATEENGINE_CHECKPOINT_KEY``) authenticates every manifest and
+    file written and is required of every one read.
     """
 
     def __init__(self, checkpoint: CheckpointStorage | str | os.PathLike, operator_id: str,
                  partition_id: int, num_partitions: int,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, key_type: Any = None,
                  descriptors: Sequence[StateDescriptor] = (), local_dir: str | None = None,
-                 min_versions_to_retain: int = 10, allow_pickle: bool = False) -> None:
+                 min_versions_to_retain: int = 10, allow_pickle: bool = False,
+                 hmac_key: bytes | str | None = None) -> None:
         if min_versions_to_retain < 1:
             raise ValueError("min_versions_to_retain must be at least 1")
         self.storage = as_storage(checkpoint)
-        self.catalog = VersionCatalog(self.storage, operator_id)
+        self.hmac_key = resolve_key(hmac_key)
+        self.catalog = VersionCatalog(self.storage, operator_id, self.hmac_key)
         self.operator_id = operator_id
         self.partition_id = partition_id
         self.num_partitions = num_partitions
@@ -80,11 +103,12 @@ class StateStoreProvider:
         self.catalog.check_properties(max_parallelism)
 
     def __repr__(self) -> str:
-        return (f"StateStoreProvider({self.storage.uri!r}, op={self.operator_id!r}, "
+        return (f"StateStoreProvider({self.storage.location!r}, op={self.operator_id!r}, "
                 f"part={self.partition_id}/{self.num_partitions})")
 
     def latest_version(self) -> int:
-        """The newest version readable for this partition's key groups (0 if none)."""
+        """The newest version readable for this partition's key groups (0 if none); a newest
+        version that is damaged raises CorruptionError (load an older one by number)."""
         return self.catalog.latest_version(self.key_group_range)
 
     def get_store(self, version: int) -> "StateStore":
@@ -97,6 +121,7 @@ class StateStoreProvider:
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be an int >= 0, got {version!r}")
         started = time.perf_counter()
+        retries = self.storage.retries
         reused = self._backend is not None and self._backend_version == version
         if not reused:
             self._drop_backend()
@@ -104,7 +129,8 @@ class StateStoreProvider:
         self._backend_version = None  # dirty until committed
         self._backend._unseal()
         self.last_load = {"version": version, "reused": reused,
-                          "seconds": time.perf_counter() - started}
+                          "seconds": time.perf_counter() - started,
+                          "retries": self.storage.retries - retries}
         return StateStore(self, version, self._backend)
 
     def _load(self, version: int) -> KeyedStateBackend:
@@ -122,7 +148,7 @@ class StateStoreProvider:
             backend = KeyedStateBackend.restore(
                 path, handles, self.key_group_range, self.max_parallelism, self.key_type,
                 self.descriptors, self.partition_id, self.num_partitions,
-                allow_pickle=self.allow_pickle)
+                allow_pickle=self.allow_pickle, hmac_key=self.hmac_key)
         backend.operator_state.operator_index = self.partition_id
         backend.operator_state.parallelism = self.num_partitions
         return backend
@@ -181,7 +207,23 @@ class StateStore:
     def backend(self) -> KeyedStateBackend:
         return self._backend
 
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: SortedMapStateDescriptor) -> SortedMapState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    @overload
+    def get_state(self, descriptor: StateDescriptor) -> Any: ...
+
     def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle of the state ``descriptor`` describes (see KeyedStateBackend.get_state)."""
         return self._backend.get_state(descriptor)
 
     @property
@@ -203,6 +245,7 @@ class StateStore:
         p = self._provider
         new_version = self.version + 1
         started = time.perf_counter()
+        retries = p.storage.retries  # storage calls retried during this commit (retry.py)
         attempt = uuid.uuid4().hex[:12]
         try:
             codecs = self._backend.key_codecs
@@ -216,6 +259,7 @@ class StateStore:
                 extra={"created_at": int(time.time() * 1000), "version": new_version,
                        "partition": p.partition_id, "num_partitions": p.num_partitions,
                        "operator": p.operator_id},
+                hmac_key=p.hmac_key,
             ).result()
         except BaseException:
             self._abort_backend()
@@ -243,8 +287,10 @@ class StateStore:
             "versions_pruned": pruned["versions"],
             "files_deleted": pruned["files"],
             "prune_error": prune_error,
+            "storage_retries": p.storage.retries - retries,
             "load_reused_backend": p.last_load.get("reused", False),
             "load_seconds": p.last_load.get("seconds", 0.0),
+            "load_retries": p.last_load.get("retries", 0),
         }
         return new_version
 

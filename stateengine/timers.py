@@ -25,14 +25,25 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from . import _native
 from .errors import StateEngineError
 from .times import to_millis
 
-if TYPE_CHECKING:
-    from .backend import KeyedStateBackend
+
+class TimerHost(Protocol):
+    """What timers need from their backend (KeyedStateBackend implements it; this module does
+    not import the backend): the current key, a column family per time domain, and the native
+    calls on it. The underscore members are the package's binding layer, not user API."""
+
+    def get_current_key(self) -> Any: ...
+
+    def set_current_key(self, key: Any) -> None: ...
+
+    def _internal_cf(self, name: str, meta: dict) -> int: ...
+
+    def _native_count(self, cf: int) -> int: ...
 
 EVENT_TIME_CF = "__timers_event__"
 PROCESSING_TIME_CF = "__timers_processing__"
@@ -95,7 +106,7 @@ class TimerService:
     ``naive_time_zone`` (stateengine.spark sets Spark's session time zone), and refused while
     it is None."""
 
-    def __init__(self, backend: "KeyedStateBackend") -> None:
+    def __init__(self, backend: TimerHost) -> None:
         self._backend = backend
         self.naive_time_zone: str | None = None
         self._watermark = _MIN_TS

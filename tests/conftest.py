@@ -1,5 +1,6 @@
 """Shared fixtures: throwaway backends in pytest's tmp dirs, one local SparkSession and one
-Spark Connect session (to a server the tests start).
+Spark Connect session (to a server the tests start), and a local S3 server (moto's, a child
+process on 127.0.0.1) with a fresh prefix per test and a fault-injecting proxy.
 
 The Spark fixtures are session-scoped because starting a JVM costs seconds; every test that uses
 one is marked ``spark`` automatically, and ``connect`` for the Connect session (``-m "not spark"``
@@ -9,10 +10,25 @@ or ``-m "not connect"`` deselect them explicitly, nothing is skipped silently).
 from __future__ import annotations
 
 import itertools
+import os
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
 from stateengine import KeyedStateBackend
+from stateengine import local_s3
+
+# S3 clients in this process and in every process it starts (Spark's JVM and Python workers
+# inherit the environment at their start, hence at import): the local server's static
+# credentials, never a developer's own, and no EC2 metadata lookups (169.254.169.254 is not
+# loopback). The endpoint rides in each test's URI (s3_server.uri), as the port is chosen later.
+for _name, _value in local_s3.LocalS3Server().env().items():
+    if _name != "AWS_ENDPOINT_URL":
+        os.environ[_name] = _value
+for _name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+    os.environ.pop(_name, None)
+os.environ["AWS_CONFIG_FILE"] = os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
 @pytest.fixture
@@ -76,6 +92,65 @@ def connect(connect_server):
                     f"with `pip install -e '.[test,spark]'`", pytrace=False)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server as a child process on 127.0.0.1 (a free port) with one bucket,
+    stopped by its PID when the session ends; see stateengine/local_s3.py."""
+    log = tmp_path_factory.mktemp("s3-server") / "moto.log"
+    server = local_s3.LocalS3Server(log_path=str(log))
+    try:
+        server.start()
+    except RuntimeError as e:  # moto missing or not starting: an error, never a skip
+        pytest.fail(str(e), pytrace=False)
+    yield server
+    server.stop()
+
+
+@dataclass
+class S3Place:
+    """A fresh prefix of the test bucket for one test."""
+
+    server: local_s3.LocalS3Server
+    prefix: str
+
+    def uri(self, sub: str = "", endpoint: str | None = None) -> str:
+        """s3://bucket/prefix/sub?endpoint_override=...: reaches the server (or ``endpoint``,
+        a proxy in front of it) from any process with the test environment."""
+        return self.server.uri(f"{self.prefix}/{sub}".rstrip("/"), endpoint)
+
+    @property
+    def fs(self):
+        """The tests' side door to the bucket (pyarrow, straight to the server)."""
+        return self.server.filesystem()
+
+    def path(self, sub: str = "") -> str:
+        return f"{self.server.bucket}/{self.prefix}/{sub}".rstrip("/")
+
+    def objects(self, sub: str = "") -> dict[str, int]:
+        """Every object under prefix/sub: its path relative to prefix/sub -> size."""
+        import pyarrow.fs as pafs
+
+        base = self.path(sub)
+        infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True,
+                                                        allow_not_found=True))
+        return {i.path[len(base) + 1:]: i.size for i in infos if i.type == pafs.FileType.File}
+
+
+@pytest.fixture
+def s3(s3_server) -> S3Place:
+    return S3Place(s3_server, f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def s3_proxy(s3_server):
+    """A fault-injecting proxy on 127.0.0.1 in front of the S3 server (tests/s3_proxy.py)."""
+    from tests.s3_proxy import FaultProxy
+
+    proxy = FaultProxy(s3_server.port).start()
+    yield proxy
+    proxy.stop()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,13 +11,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_demo(ck, batches):
+def run_demo(ck, batches, *extra):
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1",
                PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "stateengine.spark.demo", "--checkpoint", ck, "--batches",
          str(batches), "--rows-per-second", "4000", "--users", "300", "--partitions", "2",
-         "--trigger-ms", "1000", "--master", "local[2]"],
+         "--trigger-ms", "1000", "--master", "local[2]", *extra],
         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     return [int(m) for m in re.findall(r"^batch\s+(\d+) \|", proc.stdout, re.M)], proc.stdout
@@ -33,3 +33,17 @@ def test_demo_runs_and_resumes(tmp_path):
     assert "run the same command again to resume from batch 5" in out2
     sessions = re.search(r"(\d+) sessions closed so far", out2)
     assert sessions and int(sessions.group(1)) > 0
+
+
+def test_demo_keeps_its_state_on_a_local_s3_server_it_starts(tmp_path):
+    """``--local-s3``: moto's server on 127.0.0.1 for the run, the state at s3://; the tasks
+    commit every batch there and the final read_state reads it back from there."""
+    batches, out = run_demo("s3://demo-bucket/run", 2, "--local-s3", "--work-dir",
+                            str(tmp_path / "work"))
+    assert batches == [0, 1], out
+    assert re.search(r"local S3 server \(moto\) on 127\.0\.0\.1:\d+, bucket demo-bucket", out)
+    assert "checkpoint s3://demo-bucket/run" in out
+    objects = re.search(r"state on s3://demo-bucket/run: (\d+) objects", out)
+    assert objects and int(objects.group(1)) > 2, out
+    assert "busiest users" in out
+    assert (tmp_path / "work" / "stream").is_dir()  # Spark's own checkpoint stayed local

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from stateengine import (AggregateFunction, AggregatingStateDescriptor, BackendClosedError,
+                         IncompatibleStateError, KeyedStateBackend,
                          KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
                          ListStateDescriptor, MapStateDescriptor, NoCurrentKeyError,
                          NullElementError, ReducingStateDescriptor, SerializationError,
@@ -456,3 +457,31 @@ def test_max_parallelism_accepts_any_integer_type_but_not_bool_or_float(make_bac
     for bad in (True, 128.0, "128", 0, 32769):
         with pytest.raises(ValueError, match="max_parallelism must be an int"):
             make_backend(max_parallelism=bad)
+
+
+def test_wrong_user_key_type_points_at_user_key_type(populated):
+    backend, s, before = populated
+    hint = r"map state '{}': a user key of type str .* serializer of its user_key_type"
+    with pytest.raises(SerializationError, match=hint.format("m")):
+        s["m"].put("not an int user key", 1)
+    with pytest.raises(SerializationError, match=hint.format("m")):
+        s["m"].get("not an int user key")
+    with pytest.raises(SerializationError, match=hint.format("m")):
+        s["m"].put_many(["k1"], ["not an int user key"], [1])
+    with pytest.raises(SerializationError, match="map state 'sm': a user key of type int"):
+        s["sm"].put(3, 1)
+    with pytest.raises(SerializationError, match="map state 'sm': a user key of type int"):
+        list(s["sm"].tail(3))
+    # Values keep pointing at value_type.
+    with pytest.raises(SerializationError, match="value_type=object"):
+        s["sm"].put("ok", "not an int")
+    assert raw_state(backend) == before
+
+
+def test_changed_key_type_says_what_to_do(make_backend, tmp_path):
+    backend = make_backend(key_type=(int, str))
+    handle = backend.snapshot(tmp_path / "ck", "s").result()
+    with pytest.raises(IncompatibleStateError,
+                       match=r"key type changed.*key_type=\('bigint', 'string'\).*bootstrap_state"):
+        KeyedStateBackend.restore(tmp_path / "r", [handle], key_type=(int, int))
+    KeyedStateBackend.restore(tmp_path / "r2", [handle], key_type=("bigint", "string")).dispose()

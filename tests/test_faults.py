@@ -473,10 +473,12 @@ def test_damaged_manifest(tmp_path, versions, damage):
         doc["shared"] = "not a list"
         manifest.write_text(json.dumps(doc))
     with _reader(tmp_path) as prov:
-        assert prov.latest_version() == 1  # the damaged version is not offered as latest
+        # no silent rollback: the damaged newest version is reported, not skipped
+        with pytest.raises(CorruptionError, match="p00000-of-00001.json"):
+            prov.latest_version()
         with pytest.raises(CorruptionError, match="p00000-of-00001.json"):
             prov.get_store(2)
-        # the provider stays usable
+        # the provider stays usable, and the older version is there when asked for by number
         assert prov.get_store(1).backend.num_state_entries("value") == len(KEYS)
     _no_leftovers(tmp_path)
 

@@ -17,7 +17,7 @@ import pytest
 
 from stateengine import (CheckpointNotFoundError, KeyedStateBackend, StateStoreProvider,
                          ValueStateDescriptor)
-from stateengine.checkpoint.handles import handle_from_dict
+from stateengine.checkpoint.handles import handle_from_dict, load_handle
 
 PAYLOAD = ValueStateDescriptor("payload", bytes)
 PRIVATE_FILES = 3  # CURRENT, MANIFEST-*, OPTIONS-*
@@ -168,7 +168,7 @@ def test_retained_checkpoints_keep_their_files_and_old_ones_disappear(tmp_path):
     assert shared_files(root) == live([2, 3])
     assert base <= shared_files(root), "files still referenced must stay"
     assert files_of(root, "chk-1") == []
-    assert len(files_of(root, "chk-2")) == PRIVATE_FILES
+    assert len(files_of(root, "chk-2")) == PRIVATE_FILES + 1  # and its manifest
     checkpoint(4, compact=True)  # every SST is rewritten: the old ones are only in 3 now
     assert shared_files(root) == live([3, 4])
     assert base <= shared_files(root)
@@ -282,8 +282,9 @@ def test_manifest_is_the_handle_plus_extra_fields(tmp_path):
     import json
 
     doc = json.loads((root / "m" / "1.json").read_text())
-    assert doc["batch"] == 9
-    assert handle_from_dict(doc) == handle
+    assert doc["batch"] == 9 and "root" not in doc, "a manifest does not bind to its location"
+    assert handle_from_dict(doc, root=str(root)) == handle
+    assert load_handle(root, "m/1.json") == handle
     for f in handle.files():
         assert os.path.getsize(root / f.path) == f.size
     assert not [p for p in os.listdir(root / "m") if ".tmp" in p]

@@ -14,6 +14,7 @@ control that shows the payload is live.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -25,7 +26,7 @@ from stateengine import (AggregatingStateDescriptor, KeyedStateBackend, ListStat
                          MapStateDescriptor, OperatorStateBackend, PickleNotAllowedError,
                          ReducingStateDescriptor, SortedMapStateDescriptor, StateRegistrationError,
                          StateStoreProvider, ValueStateDescriptor, _native, reducers)
-from stateengine.checkpoint.handles import FileRef, handle_from_dict
+from stateengine.checkpoint.handles import FileRef
 from stateengine.checkpoint.meta import SnapshotMeta
 from stateengine.cli import main as cli
 from tests.user_functions import Average
@@ -159,15 +160,17 @@ def planted(tmp_path_factory):
         store.commit()
         provider.close()
     out["full-legacy"] = as_format_1(out["full-keyed"])
-    out["incremental-legacy"] = handle_from_dict(
-        {k: v for k, v in out["incremental-keyed"].to_dict().items() if k != "value_format"})
+    # a manifest without value_format 2: what stateengine wrote before format 2 (handle
+    # objects, not dicts: a sealed document cannot be edited without failing its checksum)
+    out["incremental-legacy"] = dataclasses.replace(out["incremental-keyed"], value_format=1)
     assert not os.path.exists(marker)
     return out
 
 
 def as_format_1(handle):
     """A copy of a full snapshot whose meta block is rewritten in format 1 (the sections are
-    the same; their offsets move by the change of the meta block's length)."""
+    the same; their offsets move by the change of the meta block's length). The handle is
+    built as an object: a sealed handle dict cannot be edited without failing its checksum."""
     src = os.path.join(handle.root, handle.file.path)
     with open(src, "rb") as f:
         data = f.read()
@@ -177,11 +180,9 @@ def as_format_1(handle):
     rel = handle.file.path + "-format1"
     with open(os.path.join(handle.root, rel), "wb") as f:
         f.write(data)
-    d = handle.to_dict()
-    d["file"] = FileRef(rel, len(data), _native.crc32c(data)).__dict__
-    d["meta_length"] = len(head)
-    d["offsets"] = {str(kg): off - old_len + len(head) for kg, off in handle.offsets.items()}
-    return handle_from_dict(d)
+    return dataclasses.replace(
+        handle, file=FileRef(rel, len(data), _native.crc32c(data)), meta_length=len(head),
+        offsets={kg: off - old_len + len(head) for kg, off in handle.offsets.items()})
 
 
 def restored(planted, kind: str, tmp_path, **kw) -> KeyedStateBackend:

@@ -117,8 +117,8 @@ def test_unreadable_snapshots_are_corruption():
     with pytest.raises(CorruptionError, match="format 99"):
         OperatorStateBackend.restore([pickle.dumps((99, 0, 1, {}))], 0, 1, allow_pickle=True)
     good = _sample().snapshot_bytes()
-    with pytest.raises(CorruptionError, match="format 3 is not supported"):
-        OperatorStateBackend.restore([good[:4] + b"\x00\x03" + good[6:]], 0, 1)
+    with pytest.raises(CorruptionError, match="format 4 is not supported"):
+        OperatorStateBackend.restore([good[:4] + b"\x00\x04" + good[6:]], 0, 1)
 
 
 def _sample() -> OperatorStateBackend:
@@ -130,12 +130,14 @@ def _sample() -> OperatorStateBackend:
 
 
 def test_file_format_is_typed_not_pickled():
-    """b"SEOS" | u16 format 2 | u32 index | u32 parallelism | u32 n states, then per state:
-    u16 name length | name | u8 mode | u32 body length | the elements as one ANY list."""
+    """b"SEOS" | u16 format 3 | u32 index | u32 parallelism | u32 n states, then per state:
+    u16 name length | name | u8 mode | u32 body length | the elements as one ANY list; then
+    the CRC-32C of everything before it."""
     data = _sample().snapshot_bytes()
-    assert data[:18] == b"SEOS" + struct.pack(">HIII", 2, 1, 3, 3)
+    assert data[:18] == b"SEOS" + struct.pack(">HIII", 3, 1, 3, 3)
     body = _native.encode_for_codec(1, [7, (2, "p"), {"topic": [1, 2**70]}, b"\x00"])
     assert data[18:].startswith(b"\x00\x07offsets\x00" + struct.pack(">I", len(body)) + body)
+    assert data[-4:] == struct.pack(">I", _native.crc32c(data[:-4]))
     restored = OperatorStateBackend.restore([data], 0, 1)
     assert restored.get_list_state("offsets").get() == [7, (2, "p"), {"topic": [1, 2**70]},
                                                         b"\x00"]
@@ -143,20 +145,54 @@ def test_file_format_is_typed_not_pickled():
     assert restored.get_list_state("empty").get() == []
 
 
-def test_every_truncation_and_hostile_length_is_corruption():
+def _format_2(data: bytes) -> bytes:
+    """A format-3 file as format 2 wrote it: the same bytes, version 2, no CRC."""
+    return data[:4] + struct.pack(">H", 2) + data[6:-4]
+
+
+def _resealed(data: bytes) -> bytes:
+    """data (format 3 without its CRC) with a CRC that matches: a writer's own bytes."""
+    return data + struct.pack(">I", _native.crc32c(data))
+
+
+def test_every_bit_flip_is_corruption():
+    """The file's own CRC-32C catches what still decodes: a flipped bit of an element is a
+    different element to the decoder, and a handle resealed over the damaged bytes (or damage
+    before the handle's CRC was taken) would not notice it."""
     data = _sample().snapshot_bytes()
+    for bit in range(len(data) * 8):
+        damaged = bytearray(data)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(CorruptionError, match="file Z: "):
+            OperatorStateBackend.restore([bytes(damaged)], 0, 1, source="file Z")
+
+
+def test_format_2_files_without_a_crc_still_restore():
+    restored = OperatorStateBackend.restore([_format_2(_sample().snapshot_bytes())], 0, 1)
+    assert restored.get_list_state("offsets").get() == [7, (2, "p"), {"topic": [1, 2**70]},
+                                                        b"\x00"]
+    assert restored.get_list_state("seen", "union").get() == ["é"]
+
+
+@pytest.mark.parametrize("fmt", [3, 2])
+def test_every_truncation_and_hostile_length_is_corruption(fmt):
+    """Also behind a matching CRC (a writer's bug) or in format 2: the structure is checked
+    against the bytes present before anything is allocated."""
+    data = _sample().snapshot_bytes()
+    seal = _resealed if fmt == 3 else (lambda d: _format_2(d + b"\x00" * 4))
     for cut in range(len(data)):
         with pytest.raises(CorruptionError):
             OperatorStateBackend.restore([data[:cut]], 0, 1)
+    inner = data[:-4]
     with pytest.raises(CorruptionError, match="follow the last state"):
-        OperatorStateBackend.restore([data + b"\x00"], 0, 1)
-    huge_count = data[:14] + struct.pack(">I", 2**32 - 1) + data[18:]
+        OperatorStateBackend.restore([seal(inner + b"\x00")], 0, 1)
+    huge_count = inner[:14] + struct.pack(">I", 2**32 - 1) + inner[18:]
     with pytest.raises(CorruptionError, match="cannot fit"):
-        OperatorStateBackend.restore([huge_count], 0, 1)
+        OperatorStateBackend.restore([seal(huge_count)], 0, 1)
     name_end = 18 + 2 + len("offsets")
-    huge_body = data[:name_end + 1] + struct.pack(">I", 2**31) + data[name_end + 5:]
+    huge_body = inner[:name_end + 1] + struct.pack(">I", 2**31) + inner[name_end + 5:]
     with pytest.raises(CorruptionError, match="past the end"):
-        OperatorStateBackend.restore([huge_body], 0, 1)
+        OperatorStateBackend.restore([seal(huge_body)], 0, 1)
 
 
 def test_elements_the_any_codec_cannot_store_are_refused_when_added():

@@ -205,7 +205,7 @@ def test_cancel_a_running_full_snapshot(loaded, tmp_path, compress):
     # the backend is unharmed: it takes writes and the next snapshot is complete
     loaded.apply(("value_update", 1, None, "after cancel"))
     handle = backend.snapshot(target, "savepoint").result()
-    assert _files_under(target) == ["savepoint"]
+    assert _files_under(target) == ["savepoint", "savepoint.handle.json"]
     restored = _restore(tmp_path, handle)
     _check_ballast(restored)
     assert_backend_matches(restored, loaded.model)

@@ -181,11 +181,11 @@ def parse_snapshot(path: str, handle, compressed: bool, chunk_stats: dict | None
 
 
 def raw_contents(backend) -> dict[str, list[tuple[bytes, bytes]]]:
-    return {name: backend._raw_scan(backend._cf_index[name]) for name in backend._cf_names()}
+    return {name: backend._raw_scan(cf) for name, cf in backend.column_families()}
 
 
 def check_against_backend(backend, handle, meta, entries) -> None:
-    names = backend._cf_names()
+    names = [n for n, _ in backend.column_families()]
     assert [s["name"] for s in meta["states"]] == names
     for s in meta["states"]:
         have = backend.state_meta(s["name"])
@@ -351,7 +351,7 @@ def test_restore_reads_what_the_independent_parser_reads(tmp_path):
     backend = _populated(str(tmp_path), 128, str, big_values=True)
     handle = backend.snapshot(tmp_path / "cp", "s").result()
     _, entries = parse_snapshot(str(tmp_path / "cp" / "s"), handle, True)
-    names = backend._cf_names()
+    names = [n for n, _ in backend.column_families()]
     backend.dispose()
     target = KeyGroupRange(0, 63)
     restored = KeyedStateBackend.restore(str(tmp_path / "r"), [handle], target,

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from stateengine import (KeyGroupRange, ListStateDescriptor, MapStateDescriptor,
-                         ReducingStateDescriptor, ValueStateDescriptor, assign_key_group,
-                         operator_for_key_group, reducers)
+                         ReducingStateDescriptor, StateStoreProvider, ValueStateDescriptor,
+                         assign_key_group, operator_for_key_group, reducers)
 from stateengine.spark import (apply_with_state, bootstrap_state, map_with_state,
                                mark_batch_committed, read_state, route, with_routing_columns)
 from stateengine.spark.routing import KG_COL, PID_COL
@@ -189,6 +189,46 @@ def test_bootstrap_then_read_state_through_connect_equals_classic(spark, connect
     assert got["connect"] == got["classic"]
     assert got["connect"][0] == [(u, None, u * 1.5) for u in range(60)]
     assert got["connect"][1] == [(u, None, [u % 7]) for u in range(60)]
+
+
+def test_typed_and_inferred_state_as_dataframes_through_connect_equals_classic(spark, connect,
+                                                                              tmp_path):
+    visits = ValueStateDescriptor("visits", value_type="n long, last string, at timestamp, "
+                                                       "tags array<string>")
+    untyped = str(tmp_path / "untyped")  # the default serializer's tuples, written natively
+    pair_state = ValueStateDescriptor("pair")
+    with StateStoreProvider(untyped, "op", 0, 1, key_type=int, descriptors=[pair_state],
+                            local_dir=str(tmp_path / "local")) as provider:
+        store = provider.get_store(0)
+        pair = store.get_state(pair_state)
+        for u in range(20):
+            store.backend.set_current_key(u)
+            pair.update((1800000075294 + u, f"p{u}"))
+        store.commit()
+    got = {}
+    for name, session in (("classic", spark), ("connect", connect)):
+        ck = str(tmp_path / name)
+        df = session.sql("SELECT id AS user, id * 3 AS n, concat('p', id) AS last, "
+                         "timestamp_seconds(id) AS at, array(concat('t', id)) AS tags FROM range(30)")
+        assert bootstrap_state(df, "user", visits, None, ck, operator_id="op", num_partitions=3) == 1
+        struct = read_state(session, ck, "visits", operator_id="op")
+        flat = read_state(session, ck, "visits", operator_id="op", flatten=True)
+        pairs = read_state(session, untyped, "pair", operator_id="op")
+        got[name] = (
+            struct.schema.simpleString(), flat.columns, pairs.schema.simpleString(),
+            sorted(tuple(r) for r in struct.selectExpr(
+                "key", "value.n", "value.last", "CAST(value.at AS STRING)", "value.tags").collect()),
+            sorted(tuple(r) for r in flat.selectExpr("key", "n", "last").collect()),
+            sorted((r.key, tuple(r.value)) for r in pairs.collect()))
+    assert got["connect"] == got["classic"]
+    schema, flat_columns, pair_schema, rows, flat_rows, pairs = got["connect"]
+    assert schema == ("struct<key:bigint,namespace:string,"
+                      "value:struct<n:bigint,last:string,at:timestamp,tags:array<string>>>")
+    assert flat_columns == ["key", "namespace", "n", "last", "at", "tags"]
+    assert rows[2] == (2, 6, "p2", "1970-01-01 00:00:02", ["t2"])
+    assert flat_rows == [(u, 3 * u, f"p{u}") for u in range(30)]
+    assert pair_schema == "struct<key:bigint,namespace:string,value:struct<_1:bigint,_2:string>>"
+    assert pairs == [(u, (1800000075294 + u, f"p{u}")) for u in range(20)]
 
 
 def test_user_function_errors_reach_the_connect_client_and_commit_nothing(connect, tmp_path):

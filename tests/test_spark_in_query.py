@@ -17,12 +17,14 @@ import pandas as pd
 import pytest
 from pyspark import TaskContext
 
-from stateengine import ValueStateDescriptor
+from stateengine import StateTtlConfig, ValueStateDescriptor
 from stateengine.spark import apply_with_state, map_with_state, read_state
 
 pytestmark = pytest.mark.spark
 
 COUNT = ValueStateDescriptor("count", value_type=int, default=0)
+# State TTL's clock is the batch's timestamp from the offset log (a TTL nothing reaches here)
+SEEN = ValueStateDescriptor("seen", value_type=int, ttl=StateTtlConfig(ttl_ms=10 ** 12))
 OUT = "user bigint, kind string, count bigint, batch bigint, watermark bigint, at bigint"
 GAP_MS = 5_000
 PARTITIONS = 3
@@ -55,6 +57,7 @@ def make_functions(flags):
             raise RuntimeError("injected first-attempt failure")
         count = ctx.state("count")
         count.update(count.value() + len(rows))
+        ctx.state("seen").update(ctx.batch_id)
         # a Spark timestamp as pandas gives it: naive, in the session time zone (UTC here)
         ctx.timers.register_event_time_timer(rows["t"].max() + pd.Timedelta(milliseconds=GAP_MS))
         return [(user, "update", count.value(), ctx.batch_id, ctx.watermark,
@@ -86,7 +89,7 @@ def run_query(spark, source, base, flags):
     per_user, on_timer = make_functions(flags)
     events = (spark.readStream.schema("user bigint, t_ms bigint").option("maxFilesPerTrigger", 1)
               .parquet(source).selectExpr("user", "t_ms", "timestamp_millis(t_ms) AS t"))
-    out = apply_with_state(events, "user", per_user, OUT, [COUNT], state,
+    out = apply_with_state(events, "user", per_user, OUT, [COUNT, SEEN], state,
                            num_partitions=PARTITIONS, on_timer=on_timer,
                            query_checkpoint=query_ck)
     assert out.isStreaming
@@ -125,6 +128,11 @@ def test_stateful_step_inside_a_query_counts_once_across_retries_restarts_and_em
     want = everything.groupby("user").size()
     state = read_state(spark, os.path.join(base, "state"), "count").toPandas()
     assert dict(zip(state["key"], state["value"])) == want.to_dict()  # nothing counted twice
+    # TTL stamped each user's last write with the batchTimestampMs of the batch that wrote it
+    seen = read_state(spark, os.path.join(base, "state"), "seen").toPandas()
+    assert len(seen) == len(want) and all(
+        at == offset_log(query_ck, b)["batchTimestampMs"]
+        for b, at in zip(seen["value"], seen["last_access_ms"]))
 
     out = spark.read.parquet(os.path.join(base, "out")).toPandas()
     updates = out[out.kind == "update"].sort_values("batch").groupby("user").last()
@@ -186,7 +194,8 @@ def test_a_checkpoint_location_of_another_query_is_refused(spark, tmp_path):
     events = (spark.readStream.schema("user bigint, t_ms bigint").parquet(source)
               .selectExpr("user", "t_ms", "timestamp_millis(t_ms) AS t"))
     per_user, on_timer = make_functions(flags)
-    out = apply_with_state(events, "user", per_user, OUT, [COUNT], os.path.join(base, "state"),
+    out = apply_with_state(events, "user", per_user, OUT, [COUNT, SEEN],
+                           os.path.join(base, "state"),
                            num_partitions=1, on_timer=on_timer, query_checkpoint=str(other))
     query = (out.writeStream.format("memory").queryName("refused_query")
              .option("checkpointLocation", os.path.join(base, "query"))

@@ -11,7 +11,8 @@ import os
 import pandas as pd
 import pytest
 
-from stateengine import StateRegistrationError, StateStoreProvider, ValueStateDescriptor
+from stateengine import (MixedTypesError, StateRegistrationError, StateStoreProvider,
+                         ValueStateDescriptor)
 from stateengine.spark import apply_with_state, bootstrap_state, map_with_state, read_state
 from tests.test_no_pickle import DESCRIPTORS, plant
 
@@ -56,6 +57,10 @@ def test_pickle_states_in_spark_jobs_need_allow_pickle(spark, tmp_path):
         bootstrap_state(df, "k", seen, "k", ck)
     apply_with_state(df, "k", remember, "k long", [seen], ck, 0, num_partitions=1,
                      operator_id="op", allow_pickle=True).collect()
-    rows = read_state(spark, ck, "seen", operator_id="op", allow_pickle=True).collect()
+    # a frozenset has no Spark type: read_state says so and how to read it as text
+    with pytest.raises(MixedTypesError, match='Python type frozenset.*value_type="json"'):
+        read_state(spark, ck, "seen", operator_id="op", allow_pickle=True)
+    rows = read_state(spark, ck, "seen", operator_id="op", allow_pickle=True,
+                      value_type="json").collect()
     assert sorted((r.key, r.value) for r in rows) == [(1, '"frozenset({1})"'),
                                                       (2, '"frozenset({2})"')]

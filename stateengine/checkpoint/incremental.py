@@ -4,33 +4,32 @@ Sync part: RocksDB ``Checkpoint`` (flush, then hard links of the live files) int
 backend's instance directory. Async part: SST files that the last *confirmed* checkpoint
 already uploaded are referenced again; new SSTs go to the shared folder under unique names;
 MANIFEST/CURRENT/OPTIONS go to the checkpoint's private folder; finally the handle is
-published as a manifest, atomically, if a manifest path is given.
+published as a manifest (sealed, see documents.py), atomically. With a checkpoint key every
+file also gets its SHA-256 and the manifest an HMAC.
 
 Ownership: a checkpointer deletes (on ``discard``) only shared files it uploaded itself and no
 retained checkpoint of it references; files adopted from a restored checkpoint are never
-deleted by it (their owner's retention, e.g. StateStore's, handles them).
+deleted by it (their owner's retention, e.g. StateStore's, handles them). A discarded
+checkpoint loses its manifest first, then its files, so no published manifest ever names a
+deleted file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from .. import _native
 from ..errors import SnapshotCancelledError
 from .asynchronous import AsyncSnapshot
-from .handles import FileRef, IncrementalHandle
-from .full import write_operator_state
+from .full import with_digest, write_operator_state
+from .handles import FileRef, IncrementalHandle, write_handle
+from .interface import SnapshotSource
 from .storage import CheckpointStorage
-
-if TYPE_CHECKING:
-    from ..backend import KeyedStateBackend
 
 
 def shared_file_name(shared_dir: str) -> str:
@@ -47,7 +46,7 @@ def shared_file_time_ms(path: str) -> int | None:
 class IncrementalCheckpointer:
     """Incremental checkpoints of one backend."""
 
-    def __init__(self, backend: "KeyedStateBackend", num_retained: int | None = None) -> None:
+    def __init__(self, backend: SnapshotSource, num_retained: int | None = None) -> None:
         self._backend = backend
         self.num_retained = num_retained
         self._lock = threading.Lock()
@@ -57,6 +56,7 @@ class IncrementalCheckpointer:
         self._completed: dict[int, IncrementalHandle] = {}
         self._retained: OrderedDict[int, IncrementalHandle] = OrderedDict()
         self._owned: set[str] = set()
+        self._manifests: dict[int, tuple[str, str]] = {}  # checkpoint id -> (root, manifest)
 
     def adopt(self, handle: IncrementalHandle) -> None:
         """Makes a restored checkpoint's files reusable by the next checkpoint."""
@@ -67,11 +67,15 @@ class IncrementalCheckpointer:
 
     def checkpoint(self, checkpoint_id: int, storage: CheckpointStorage, private_dir: str,
                    manifest_path: str | None = None, shared_dir: str = "shared",
-                   extra: dict | None = None) -> AsyncSnapshot[IncrementalHandle]:
+                   extra: dict | None = None,
+                   hmac_key: bytes | None = None) -> AsyncSnapshot[IncrementalHandle]:
         backend = self._backend
-        local_dir = os.path.join(backend._checkpoint_dir, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:8]}")
+        for rel in (private_dir, shared_dir, manifest_path):  # refused before any work
+            if rel is not None:
+                storage.check_target(rel)
+        local_dir = os.path.join(backend.checkpoint_dir, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:8]}")
         _native.create_checkpoint(backend, local_dir)  # the sync point
-        states = [backend.state_meta(n) for n in backend._cf_names()]
+        states = [backend.state_meta(n) for n, _ in backend.column_families()]
         op_bytes = None if backend.operator_state.is_empty() else backend.operator_state.snapshot_bytes()
         with self._lock:
             # A file path is relative to its storage root: reuse only within the same root.
@@ -90,21 +94,23 @@ class IncrementalCheckpointer:
                     path = os.path.join(local_dir, name)
                     if name.endswith(".sst"):
                         prior = base.get(name)
-                        if prior is not None and prior.size == os.path.getsize(path):
+                        # with a key, reuse only files whose content the manifest can pin
+                        if prior is not None and prior.size == os.path.getsize(path) and \
+                                (prior.sha256 or not hmac_key):
                             shared.append(prior)
                             reused += 1
                             continue
                         ref = storage.upload(path, shared_file_name(shared_dir), local_name=name)
                         with self._lock:
                             self._owned.add(ref.path)
-                        shared.append(ref)
+                        shared.append(with_digest(ref, path, hmac_key))
                     else:
                         ref = storage.upload(path, f"{private_dir}/{name}", local_name=name)
-                        private.append(ref)
+                        private.append(with_digest(ref, path, hmac_key))
                     uploaded += 1
                     uploaded_bytes += ref.size
                 op_ref = write_operator_state(backend, storage, f"{private_dir}/operator-state.bin",
-                                              op_bytes)
+                                              op_bytes, hmac_key)
                 stats = {"files_uploaded": uploaded, "files_reused": reused,
                          "bytes_uploaded": uploaded_bytes,
                          "bytes_total": sum(f.size for f in shared) + sum(f.size for f in private)}
@@ -112,17 +118,16 @@ class IncrementalCheckpointer:
                                            list(key_codecs) if key_codecs else None, key_is_tuple,
                                            shared, private, stats, op_ref)
                 if manifest_path is not None:
-                    doc = handle.to_dict()
-                    if extra:
-                        doc.update(extra)
-                    storage.write_atomic(manifest_path, json.dumps(doc, indent=1).encode())
+                    write_handle(storage, manifest_path, handle, hmac_key, extra)
                 with self._lock:
                     self._completed[checkpoint_id] = handle
+                    if manifest_path is not None:
+                        self._manifests[checkpoint_id] = (storage.uri, manifest_path)
                 return handle
             finally:
                 shutil.rmtree(local_dir, ignore_errors=True)
 
-        return backend._track(AsyncSnapshot(
+        return backend.track_snapshot(AsyncSnapshot(
             run, cancelled.set, release=lambda: shutil.rmtree(local_dir, ignore_errors=True)))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -139,17 +144,20 @@ class IncrementalCheckpointer:
             discard = []
             if self.num_retained is not None:
                 while len(self._retained) > self.num_retained:
-                    discard.append(self._retained.popitem(last=False)[1])
-        for old in discard:
-            self._discard(old)
+                    discard.append(self._retained.popitem(last=False))
+        for old_id, old in discard:
+            self._discard(old_id, old)
 
-    def _discard(self, handle: IncrementalHandle) -> None:
+    def _discard(self, checkpoint_id: int, handle: IncrementalHandle) -> None:
         storage = CheckpointStorage(handle.root)
         with self._lock:
             live = {f.path for h in self._retained.values() for f in h.shared}
             live |= {f.path for f in self._confirmed.values()}
             doomed = [f.path for f in handle.shared if f.path in self._owned and f.path not in live]
             self._owned.difference_update(doomed)
+            manifest = self._manifests.pop(checkpoint_id, None)
+        if manifest is not None and manifest[0] == handle.root:
+            storage.delete_file(manifest[1])  # first: no manifest may outlive its files
         for path in doomed:
             storage.delete_file(path)
         for f in handle.private:

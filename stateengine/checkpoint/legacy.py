@@ -28,7 +28,7 @@ from ..errors import PickleNotAllowedError
 from ..serializers import Codec
 
 if TYPE_CHECKING:
-    from ..backend import KeyedStateBackend
+    from .interface import RestoreTarget
 
 
 def is_legacy(handle: Any, restore_stats: dict | None) -> bool:
@@ -38,19 +38,21 @@ def is_legacy(handle: Any, restore_stats: dict | None) -> bool:
     return handle.value_format < 2
 
 
-def convert_legacy(backend: "KeyedStateBackend", allow_pickle: bool) -> dict[str, Any]:
+def convert_legacy(backend: "RestoreTarget", allow_pickle: bool) -> dict[str, Any]:
     """Converts (or, without allow_pickle, checks) every state of a backend restored from an
-    old checkpoint; returns counts per state that held pickles."""
+    old checkpoint; returns counts per state that held pickles. It reads the backend through
+    its checkpoint contract (column families and their metas, checkpoint/interface.py) and
+    hands the backend object to the native converter."""
     mode = _native.PICKLE_ALLOW if allow_pickle else _native.PICKLE_REFUSE
     report: dict[str, Any] = {}
-    for name in backend._cf_names():
-        meta = backend._cf_metas[name]
+    for name, cf in backend.column_families():
+        meta = backend.state_meta(name)
         if Codec.ANY not in (meta["namespace_codec"], meta["user_key_codec"],
                              meta["value_codec"]):
             continue
         what = "timers" if meta["kind"] == "timers" else f"state '{name}'"
         counts = _native.convert_legacy_entries(
-            backend, backend._cf_index[name], meta["kind"], meta["namespace_codec"],
+            backend, cf, meta["kind"], meta["namespace_codec"],
             meta["user_key_codec"], meta["value_codec"], _native.PickleGate(mode, what),
             allow_pickle)
         if counts["pickled_keys"] or counts["pickled_values"]:

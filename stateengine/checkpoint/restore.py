@@ -5,8 +5,12 @@ Incremental checkpoints: the handle overlapping the target range most becomes th
 (its files are opened directly); if it covers more than the target range it is clipped with
 DeleteRange; the key groups the target needs from other handles are copied from temporary
 instances of those handles. Either way every file is checked against its recorded size and
-CRC-32C first, the handles' ranges must cover the target range, and a failed restore disposes
-the partial backend (and any files it placed) before raising.
+CRC-32C first, every path is confined to its checkpoint root, the handles' ranges must cover
+the target range, a restored RocksDB directory is opened only if it exists (never created
+empty), and a failed restore disposes the partial backend (and any files it placed) before
+raising. Keyed state written before snapshot format 2 is converted (or, without
+``allow_pickle``, checked) once it is in place (legacy.py); nothing is unpickled unless the
+caller allowed it.
 """
 
 from __future__ import annotations
@@ -14,26 +18,30 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from .. import _native
 from ..descriptors import check_no_pickle
-from ..errors import CheckpointNotFoundError, IncompatibleStateError
+from ..errors import (CheckpointNotFoundError, CorruptionError, IncompatibleStateError,
+                      StateEngineError, StateRegistrationError, StorageError)
 from ..keygroups import KeyGroupRange
 from ..operator_state import OperatorStateBackend
 from .full import restore_full
-from .handles import FileRef, FullSnapshotHandle, IncrementalHandle, handle_from_dict
+from .handles import FullSnapshotHandle, IncrementalHandle, handle_from_dict
+from .interface import BackendFactory, RestoreTarget
 from .legacy import convert_legacy, is_legacy
 from .storage import CheckpointStorage
-
-if TYPE_CHECKING:
-    from ..backend import KeyedStateBackend
 
 Handle = FullSnapshotHandle | IncrementalHandle
 
 
-def normalize_handles(handles: Sequence[Handle | dict[str, Any]]) -> list[Handle]:
-    out = [handle_from_dict(h) if isinstance(h, dict) else h for h in handles]
+def normalize_handles(handles: Sequence[Handle | dict[str, Any]],
+                      hmac_key: bytes | None = None) -> list[Handle]:
+    """Handle objects as given; dicts (``to_dict`` forms) decoded with their seal checked."""
+    out = [handle_from_dict(h, source=f"handle {i}", hmac_key=hmac_key) if isinstance(h, dict)
+           else h for i, h in enumerate(handles)]
+    if any(not isinstance(h, (FullSnapshotHandle, IncrementalHandle)) for h in out):
+        raise TypeError("restore takes snapshot or checkpoint handles (or their to_dict() forms)")
     if not out:
         raise CheckpointNotFoundError("restore needs at least one snapshot or checkpoint handle")
     kinds = {h.kind for h in out}
@@ -76,50 +84,73 @@ def uncovered(handles: list[Handle], target: KeyGroupRange) -> list[tuple[int, i
 
 def restore_operator_state(handles: list[Handle], operator_index: int, parallelism: int,
                            scratch: str, allow_pickle: bool = False) -> OperatorStateBackend:
-    snapshots = []
-    sources = []
+    snapshots, sources = [], []
     for h in handles:
         if h.operator_state is None:
             continue
         storage = CheckpointStorage(h.root)
         local = storage.open_verified(h.operator_state.file, scratch)
-        with open(local, "rb") as f:
+        with open(local, "rb") as f:  # verified: exactly the size its handle recorded
             snapshots.append(f.read())
         sources.append(storage.describe(h.operator_state.file.path))
         if not storage.is_local:
             os.remove(local)
-    source = sources[0] if len(sources) == 1 else f"operator state ({', '.join(sources)})"
-    return OperatorStateBackend.restore(snapshots, operator_index, parallelism, source,
+    source = "operator state " + ", ".join(sources) if sources else "operator state"
+    return OperatorStateBackend.restore(snapshots, operator_index, parallelism, source=source,
                                         allow_pickle=allow_pickle)
 
 
 def _materialize(handle: IncrementalHandle, db_dir: str) -> None:
-    """Places a checkpoint's files as an openable RocksDB directory, verifying each."""
+    """Places a checkpoint's files as an openable RocksDB directory, verifying each; SST files
+    (immutable) are hard-linked when the checkpoint is local."""
     storage = CheckpointStorage(handle.root)
     os.makedirs(db_dir, exist_ok=True)
     for ref in handle.files():
         dest = os.path.join(db_dir, ref.local_name or os.path.basename(ref.path))
-        if storage.is_local and dest.endswith(".sst"):
-            _link_or_copy(storage, ref, dest)
-        else:
-            storage.download(ref, dest)
+        if os.path.dirname(dest) != db_dir or os.path.lexists(dest):
+            raise CorruptionError(f"checkpoint {_describe(handle)}: local file name "
+                                  f"{ref.local_name!r} is not a plain, unique name")
+        storage.place_verified(ref, dest, link=dest.endswith(".sst"))
 
 
-def _link_or_copy(storage: CheckpointStorage, ref: FileRef, dest: str) -> None:
-    # SST files are immutable, so the live DB may share them with the checkpoint by hard link.
-    src = storage.full_path(ref.path)
-    if not os.path.exists(src):
-        raise CheckpointNotFoundError(f"checkpoint file {storage.describe(ref.path)} does not exist")
+def _describe(handle: IncrementalHandle) -> str:
+    return CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
+
+
+def _name_sources(e: CorruptionError, handles: list[IncrementalHandle]) -> CorruptionError:
+    """e with the checkpoint files named: RocksDB reports damage by its local file names
+    (000017.sst, MANIFEST-000005), which say nothing about which checkpoint file it was."""
+    text = str(e)
+    named = [f"{ref.local_name} is {CheckpointStorage(h.root).describe(ref.path)}"
+             for h in handles for ref in h.files()
+             if ref.local_name and f"/db/{ref.local_name}" in text]
+    if not named:
+        return e
+    return type(e)(f"{text} ({'; '.join(named)})")
+
+
+def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str,
+                       target: KeyGroupRange, key_type: Any,
+                       allow_pickle: bool = False) -> RestoreTarget:
+    """Opens what _materialize placed; a directory RocksDB cannot open (no CURRENT, a
+    MANIFEST that names missing files or other column families) is a corrupted checkpoint."""
     try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)
-    storage.verify_local(ref, dest)
+        return cls.open_restored(path, handle.max_parallelism, target, handle.states, key_type,
+                                 allow_pickle=allow_pickle)
+    except CorruptionError as e:
+        raise _name_sources(e, [handle]) from None
+    except StorageError as e:
+        storage = CheckpointStorage(handle.root)
+        meta_files = ", ".join(storage.describe(f.path) for f in handle.private
+                               if f.local_name == "CURRENT" or f.local_name.startswith("MANIFEST"))
+        raise CorruptionError(f"checkpoint {_describe(handle)} does not open as a RocksDB "
+                              f"database ({e}); its files are inconsistent (RocksDB's "
+                              f"metadata: {meta_files or 'none listed'})") from None
 
 
-def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list[IncrementalHandle],
+def restore_incremental(cls: BackendFactory, path: str, handles: list[IncrementalHandle],
                         target: KeyGroupRange, max_parallelism: int,
-                        key_type: Any, allow_pickle: bool = False) -> "KeyedStateBackend":
+                        key_type: Any, allow_pickle: bool = False) -> RestoreTarget:
     relevant = [h for h in handles if not h.key_group_range.intersection(target).is_empty()]
     if not relevant:
         return cls(path, max_parallelism, target, key_type, allow_pickle=allow_pickle)
@@ -127,39 +158,45 @@ def restore_incremental(cls: type["KeyedStateBackend"], path: str, handles: list
     _prepare(path)
     try:
         _materialize(base, os.path.join(path, "db"))
-        backend = cls._open_existing(path, max_parallelism, target, base.states, key_type,
-                                     allow_pickle)
+        backend = _open_materialized(cls, base, path, target, key_type, allow_pickle)
     except BaseException:  # no half-materialized directory may stay behind
         shutil.rmtree(path, ignore_errors=True)
         raise
     try:
-        source = CheckpointStorage(base.root).describe(f"checkpoint {base.checkpoint_id}")
-        backend._check_restored_layout(base.max_parallelism, base.key_codecs, base.key_is_tuple,
-                                       source)
+        backend.check_restored_layout(base.max_parallelism, base.key_codecs, base.key_is_tuple,
+                                      _describe(base))
         if (base.key_group_range.start < target.start or base.key_group_range.end > target.end):
             _native.clip_to_range(backend)
         for h in relevant:
             if h is base:
                 continue
             _copy_from(cls, backend, h, target)
-        backend._checkpointer.adopt(base)
+        backend.adopt_checkpoint(base)
+    except CorruptionError as e:
+        backend.dispose()
+        raise _name_sources(e, relevant) from None
     except BaseException:
         backend.dispose()
         raise
     return backend
 
 
-def _copy_from(cls: type["KeyedStateBackend"], backend: "KeyedStateBackend",
-               handle: IncrementalHandle, target: KeyGroupRange) -> None:
-    tmp = os.path.join(backend._staging_dir, f"restore-{uuid.uuid4().hex}")
+def _copy_from(cls: BackendFactory, backend: RestoreTarget, handle: IncrementalHandle,
+               target: KeyGroupRange) -> None:
+    tmp = os.path.join(backend.staging_dir, f"restore-{uuid.uuid4().hex}")
     os.makedirs(tmp)
-    _materialize(handle, os.path.join(tmp, "db"))
-    src = cls._open_existing(tmp, handle.max_parallelism, handle.key_group_range, handle.states, None)
     try:
-        source = CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
-        backend._check_restored_layout(handle.max_parallelism, handle.key_codecs,
-                                       handle.key_is_tuple, source)
-        cf_map = [(src._cf_index[m["name"]], backend._ensure_cf(m, source)) for m in handle.states]
+        _materialize(handle, os.path.join(tmp, "db"))
+        src = _open_materialized(cls, handle, tmp, handle.key_group_range, None)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        source = _describe(handle)
+        backend.check_restored_layout(handle.max_parallelism, handle.key_codecs,
+                                      handle.key_is_tuple, source)
+        cf_map = [(src.column_family(m["name"]), backend.restored_column_family(m, source))
+                  for m in handle.states]
         overlap = handle.key_group_range.intersection(target)
         _native.copy_key_groups(src, backend, cf_map, overlap.start, overlap.end)
     finally:
@@ -168,16 +205,12 @@ def _copy_from(cls: type["KeyedStateBackend"], backend: "KeyedStateBackend",
 
 def _prepare(path: str) -> None:
     if os.path.exists(path) and os.listdir(path):
-        from ..errors import StateEngineError
-
         raise StateEngineError(f"restore target {path} is not empty; restore into a fresh directory")
     os.makedirs(path, exist_ok=True)
 
 
-def _register(backend: "KeyedStateBackend", descriptors: Sequence[Any]) -> None:
+def _register(backend: RestoreTarget, descriptors: Sequence[Any]) -> None:
     """Registers descriptors; a clash with restored state is an IncompatibleStateError."""
-    from ..errors import StateRegistrationError
-
     for d in descriptors:
         try:
             backend.get_state(d)
@@ -185,17 +218,18 @@ def _register(backend: "KeyedStateBackend", descriptors: Sequence[Any]) -> None:
             raise IncompatibleStateError(f"restored state does not fit the descriptors: {e}") from None
 
 
-def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence[Any],
+def restore_backend(cls: BackendFactory, path: str, handles: Sequence[Any],
                     key_group_range: KeyGroupRange | None, max_parallelism: int | None,
                     key_type: Any, descriptors: Sequence[Any], operator_index: int,
-                    parallelism: int, allow_pickle: bool = False,
-                    keyed_only: bool = False) -> "KeyedStateBackend":
-    """See KeyedStateBackend.restore; ``keyed_only`` skips operator state and the conversion
-    of old checkpoints (KeyedStateBackend.open_for_reading)."""
+                    parallelism: int, hmac_key: bytes | None = None,
+                    allow_pickle: bool = False, keyed_only: bool = False) -> RestoreTarget:
+    """See KeyedStateBackend.restore; ``hmac_key`` is the resolved checkpoint key (handle
+    dicts are unsealed with it); ``keyed_only`` skips operator state and the conversion of old
+    checkpoints (KeyedStateBackend.open_for_reading)."""
     if not allow_pickle:
         for d in descriptors:
             check_no_pickle(d)  # before any file is read
-    hs = normalize_handles(handles)
+    hs = normalize_handles(handles, hmac_key)
     max_p = hs[0].max_parallelism
     if max_parallelism is not None and max_parallelism != max_p:
         raise IncompatibleStateError(
@@ -232,7 +266,7 @@ def restore_backend(cls: type["KeyedStateBackend"], path: str, handles: Sequence
             report = convert_legacy(backend, allow_pickle)
             backend.last_restore_stats = dict(backend.last_restore_stats or {}, legacy=report)
         backend.operator_state = restore_operator_state(hs, operator_index, parallelism,
-                                                        backend._staging_dir, allow_pickle)
+                                                        backend.staging_dir, allow_pickle)
     except BaseException:
         backend.dispose()
         raise

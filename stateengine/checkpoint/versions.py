@@ -10,37 +10,77 @@ Layout under the checkpoint root::
     <operator>/v<V>/_COMMITTED.json            written by a driver once all N partitions of V
                                                committed (stateengine.spark does this)
 
+Every JSON file is a sealed document (documents.py); a manifest also records its own version,
+partition, partition count and operator, which must match where it lies, and its key-group
+range must be the one partition P of N owns. Its paths must stay under ``<operator>/``.
+
 A version is readable for a key-group range when one set of manifests of the same N covers
 it. A retried commit replaces its manifest atomically and writes its private files under a new
 attempt folder, so the manifest that is visible always points at complete files.
+
+Incomplete versus damaged: a version whose partitions have not all published a manifest yet
+(a crash between the partitions' commits) is incomplete, and the newest complete version is
+the latest, as in Spark. A manifest or marker that exists but fails its checks, a marker whose
+partitions' manifests are missing, or an entry in the operator or version directory that is
+no part of this layout (a renamed manifest or version) is damage: ``latest_version`` raises
+CorruptionError instead of quietly using an older version. Older versions are restored only
+when asked for by number.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CheckpointNotFoundError, CorruptionError, IncompatibleStateError
 from ..keygroups import KeyGroupRange
-from .handles import IncrementalHandle, handle_from_dict
+from . import documents as docs
+from .documents import Invalid
+from .handles import IncrementalHandle, decode_handle
 from .incremental import shared_file_time_ms
+from .meta import check_key_layout
 from .storage import CheckpointStorage
 
 _MANIFEST = re.compile(r"^p(\d+)-of-(\d+)\.json$")
+_PRIVATE = re.compile(r"^p(\d+)-of-(\d+)-[0-9a-f]+$")
 _VERSION = re.compile(r"^v(\d+)$")
+_TMP = re.compile(r"\.tmp-[0-9a-f]{32}$")
 COMMITTED_MARKER = "_COMMITTED.json"
+OPERATOR_PROPERTIES = "_operator.json"
+_LEGACY_PROPERTIES = docs.LegacyShape(frozenset({"max_parallelism", "key_codecs"}),
+                                      format_marker=1)
+_LEGACY_MARKER = docs.LegacyShape(frozenset({"num_partitions"}))
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """How a version stands: ``complete`` (a set of manifests covers every key group),
+    ``incomplete`` (not all partitions published; not damage) or ``damaged`` (with why)."""
+
+    version: int
+    state: str
+    detail: str
+    partition_counts: tuple[int, ...] = ()
+    manifests: int = 0
+    bytes_total: int = 0
+    marked: int | None = None
 
 
 class VersionCatalog:
-    def __init__(self, storage: CheckpointStorage, operator_id: str) -> None:
-        if not operator_id or "/" in operator_id or operator_id.startswith("."):
+    def __init__(self, storage: CheckpointStorage, operator_id: str,
+                 hmac_key: bytes | str | None = None) -> None:
+        if not isinstance(operator_id, str) or not operator_id or "/" in operator_id or \
+                operator_id.startswith(".") or "\\" in operator_id or "\x00" in operator_id:
             raise ValueError(f"operator id must be a plain name, got {operator_id!r}")
         self.storage = storage
         self.operator_id = operator_id
-        self._cache: dict[tuple[str, int], dict[str, Any]] = {}
+        self.hmac_key = docs.resolve_key(hmac_key)
+        self._cache: dict[tuple[str, int, int], tuple[IncrementalHandle, dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self._properties_written = False
 
     # ---- paths ---------------------------------------------------------------------------
 
@@ -58,154 +98,315 @@ class VersionCatalog:
         return f"{self.version_dir(version)}/p{partition:05d}-of-{num_partitions:05d}-{attempt}"
 
     def describe(self) -> str:
-        return f"operator '{self.operator_id}' in {self.storage.uri}"
+        return f"operator '{self.operator_id}' in {self.storage.location}"
 
     # ---- operator properties ---------------------------------------------------------------
 
-    def check_properties(self, max_parallelism: int) -> dict[str, Any] | None:
-        rel = f"{self.operator_id}/_operator.json"
-        if not self.storage.exists(rel):
+    def properties(self) -> dict[str, Any] | None:
+        """max_parallelism and key_codecs of the operator (None before its first commit)."""
+        rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
+        try:
+            data = self.storage.read_bytes(rel)
+        except CheckpointNotFoundError:
             return None
-        props = self._read_json(rel)
-        if props.get("max_parallelism") != max_parallelism:
+        source = self.storage.describe(rel)
+        doc, _ = docs.load(data, source, self.hmac_key, _LEGACY_PROPERTIES)
+        codecs = doc.get("key_codecs")
+        try:  # the file does not record whether keys are tuples; one column fits either
+            check_key_layout(doc.get("max_parallelism"), codecs,
+                             isinstance(codecs, list) and len(codecs) > 1, source)
+        except ValueError as e:
+            raise CorruptionError(f"operator properties {source} are invalid: {e}") from None
+        return doc
+
+    def check_properties(self, max_parallelism: int) -> dict[str, Any] | None:
+        props = self.properties()
+        if props is not None and props["max_parallelism"] != max_parallelism:
             raise IncompatibleStateError(
                 f"{self.describe()} was written with max_parallelism "
-                f"{props.get('max_parallelism')}, not {max_parallelism}; keep max_parallelism "
+                f"{props['max_parallelism']}, not {max_parallelism}; keep max_parallelism "
                 f"fixed for the life of the state (rescale with num_partitions instead)")
         return props
 
     def write_properties(self, max_parallelism: int, key_codecs: list[int] | None,
                          first_version: int = 0) -> None:
         """Written once, by the first commit, before its manifest: a reader that finds a
-        manifest always finds the properties."""
-        rel = f"{self.operator_id}/_operator.json"
+        manifest always finds the properties. ``first_version`` is the version the operator's
+        state began at, empty (an operator added to a running query begins past 0)."""
+        if self._properties_written:  # written once per operator: no request per commit
+            return
+        rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
         if not self.storage.exists(rel):
-            doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs, "format": 1,
+            doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs,
                    "first_version": first_version}
-            self.storage.write_atomic(rel, json.dumps(doc).encode())
+            self.storage.write_atomic(rel, docs.dumps(docs.seal(doc, self.hmac_key)))
+        self._properties_written = True
 
     def first_version(self) -> int | None:
         """The version this operator's state began at, empty (None: no state was ever
         committed, so it may begin at any version). Checkpoints from before this field
         began at 0."""
-        rel = f"{self.operator_id}/_operator.json"
-        if self.storage.exists(rel):
-            raw = self._read_json(rel).get("first_version", 0)
-            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-                raise CorruptionError(f"{self.storage.describe(rel)} names first version "
-                                      f"{raw!r}, not an int >= 0; it is corrupted")
-            return raw
-        return 0 if self.versions() else None
+        props = self.properties()
+        if props is None:
+            return 0 if self.versions() else None
+        raw = props.get("first_version", 0)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
+            raise CorruptionError(f"{self.storage.describe(rel)} names first version "
+                                  f"{raw!r}, not an int >= 0; it is corrupted")
+        return raw
 
     # ---- reading ---------------------------------------------------------------------------
 
-    def versions(self) -> list[int]:
+    def version_dirs(self) -> list[int]:
+        """Every version directory, published or not (what retention deletes)."""
         out = []
         for info in self.storage.list_dir(self.operator_id):
             m = _VERSION.match(info.base_name)
-            if m:
+            if m and str(int(m.group(1))) == m.group(1):
                 out.append(int(m.group(1)))
         return sorted(out)
 
-    def _read_json(self, rel: str) -> dict[str, Any]:
-        data = self.storage.read_bytes(rel)
-        try:
-            return json.loads(data)
-        except ValueError as e:
-            raise CorruptionError(f"checkpoint file {self.storage.describe(rel)} is not valid "
-                                  f"JSON ({e}); it is corrupted or truncated") from None
+    def versions(self) -> list[int]:
+        """The versions with at least one published manifest (complete or not): a version
+        being deleted by retention loses its manifests first and is no longer listed."""
+        return [v for v in self.version_dirs() if self._listing(v)[0]]
 
-    def _manifest(self, rel: str, size: int) -> dict[str, Any]:
+    def _manifest_entries(self, version: int) -> list[tuple[int, int, str, Any]]:
+        return self._listing(version)[0]
+
+    def _listing(self, version: int) -> tuple[list[tuple[int, int, str, Any]], bool]:
+        """((partition, partition count, name, file info) of each manifest, whether a commit
+        marker exists) of version; an entry that is no part of the layout is damage."""
+        out, marked = [], False
+        for info in self.storage.list_dir(self.version_dir(version)):
+            name = info.base_name
+            m = _MANIFEST.match(name)
+            if m:
+                out.append((int(m.group(1)), int(m.group(2)), name, info))
+            elif name == COMMITTED_MARKER:
+                marked = True
+            elif not (_TMP.search(name) or _PRIVATE.match(name)):
+                raise CorruptionError(
+                    f"{self.storage.describe(self.version_dir(version) + '/' + name)} is no "
+                    f"part of a version's layout (a renamed or damaged manifest?); version "
+                    f"{version} of {self.describe()} is damaged")
+        return out, marked
+
+    def check_operator_dir(self) -> list[int]:
+        """The version numbers; raises CorruptionError for an entry of the operator directory
+        that is no part of the layout (a version directory whose name was damaged would
+        otherwise vanish, and an older version would silently become the latest)."""
+        versions = []
+        for info in self.storage.list_dir(self.operator_id):
+            name = info.base_name
+            m = _VERSION.match(name)
+            if m and str(int(m.group(1))) == m.group(1) and int(m.group(1)) > 0 and \
+                    info.type.name == "Directory":  # a commit publishes version 1 and up
+                versions.append(int(m.group(1)))
+            elif not (name in ("shared", OPERATOR_PROPERTIES) or _TMP.search(name)):
+                raise CorruptionError(
+                    f"{self.storage.describe(self.operator_id + '/' + name)} is no part of an "
+                    f"operator's layout (a damaged version directory?); {self.describe()} is "
+                    f"damaged")
+        return sorted(versions)
+
+    def _manifest(self, version: int, partition: int, num_partitions: int, name: str,
+                  info: Any) -> tuple[IncrementalHandle, dict[str, Any]]:
+        rel = f"{self.version_dir(version)}/{name}"
+        ident = (rel, info.size, getattr(info, "mtime_ns", None) or 0)
         with self._lock:
-            cached = self._cache.get((rel, size))
+            cached = self._cache.get(ident)
         if cached is not None:
             return cached
-        doc = self._read_json(rel)
-        try:  # a manifest that parses as JSON must still describe a checkpoint
-            if not isinstance(doc, dict):
-                raise TypeError(f"a JSON {type(doc).__name__}, not an object")
-            handle_from_dict(doc)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CorruptionError(f"checkpoint manifest {self.storage.describe(rel)} does not "
-                                  f"describe a checkpoint ({type(e).__name__}: {e}); it is "
-                                  f"corrupted") from None
+        source = self.storage.describe(rel)
+        handle, doc = decode_handle(self.storage.read_bytes(rel), self.storage.uri, source,
+                                    self.hmac_key)
+        try:
+            self._check_manifest(handle, doc, version, partition, num_partitions)
+        except (Invalid, ValueError) as e:
+            raise CorruptionError(f"checkpoint manifest {source} does not belong where it "
+                                  f"lies: {e}; it is corrupted or was moved") from None
         with self._lock:
-            self._cache[(rel, size)] = doc
-        return doc
+            self._cache[ident] = (handle, doc)
+        return handle, doc
+
+    def _check_manifest(self, handle: Any, doc: dict[str, Any], version: int, partition: int,
+                        num_partitions: int) -> None:
+        if not isinstance(handle, IncrementalHandle):
+            raise Invalid("it is not an incremental checkpoint's manifest")
+        for name, want in (("version", version), ("partition", partition),
+                           ("num_partitions", num_partitions), ("operator", self.operator_id)):
+            if doc.get(name) != want or type(doc.get(name)) is not type(want):
+                raise Invalid(f"it records {name} {doc.get(name)!r}, its place says {want!r}")
+        docs.want_int(doc.get("created_at"), "created_at", 0)
+        owned = KeyGroupRange.for_operator(partition, num_partitions, handle.max_parallelism)
+        if handle.key_group_range != owned:
+            raise Invalid(f"its key groups {handle.key_group_range} are not {owned}, which "
+                          f"partition {partition} of {num_partitions} owns")
+        mine = f"{self.operator_id}/"
+        for ref in handle.all_files():
+            if not ref.path.startswith(mine):
+                raise Invalid(f"it names {ref.path}, outside the operator's directory {mine}")
+        for ref in handle.shared:
+            if not ref.path.startswith(self.shared_dir + "/"):
+                raise Invalid(f"its shared file {ref.path} is not in {self.shared_dir}/")
+        private = f"{self.version_dir(version)}/p{partition:05d}-of-{num_partitions:05d}-"
+        for ref in handle.private + ([handle.operator_state.file] if handle.operator_state else []):
+            if not ref.path.startswith(private):
+                raise Invalid(f"its private file {ref.path} is not in a folder of this commit")
+
+    def manifest_handles(self, version: int) -> list[tuple[int, int, IncrementalHandle]]:
+        """(partition, num partitions, handle) of every manifest of version."""
+        return [(p, n, self._manifest(version, p, n, name, info)[0])
+                for p, n, name, info in self._manifest_entries(version)]
 
     def manifests(self, version: int) -> list[tuple[int, int, dict[str, Any]]]:
         """(partition, num partitions, manifest document) of every manifest of version."""
-        out = []
-        for info in self.storage.list_dir(self.version_dir(version)):
-            m = _MANIFEST.match(info.base_name)
-            if m:
-                rel = f"{self.version_dir(version)}/{info.base_name}"
-                out.append((int(m.group(1)), int(m.group(2)), self._manifest(rel, info.size)))
-        return out
+        return [(p, n, self._manifest(version, p, n, name, info)[1])
+                for p, n, name, info in self._manifest_entries(version)]
 
-    def committed_partitions(self, version: int) -> int | None:
+    def committed_partitions(self, version: int, present: bool | None = None) -> int | None:
+        """The partition count a driver marked version committed with (None: no marker);
+        ``present``: whether the marker exists, if a listing already said."""
         rel = f"{self.version_dir(version)}/{COMMITTED_MARKER}"
-        if not self.storage.exists(rel):
+        if not (self.storage.exists(rel) if present is None else present):
             return None
-        try:
-            return int(self._read_json(rel)["num_partitions"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise CorruptionError(f"commit marker {self.storage.describe(rel)} is corrupted "
-                                  f"({type(e).__name__}: {e})") from None
+        source = self.storage.describe(rel)
+        doc, legacy = docs.load(self.storage.read_bytes(rel), source, self.hmac_key,
+                                _LEGACY_MARKER)
+        n = doc.get("num_partitions")
+        if type(n) is not int or n < 1 or (not legacy and doc.get("version") != version):
+            raise CorruptionError(f"commit marker {source} is invalid (num_partitions {n!r}, "
+                                  f"version {doc.get('version')!r}); it is corrupted")
+        return n
 
     def handles_for(self, version: int, target: KeyGroupRange) -> list[IncrementalHandle]:
         """Every handle of the one consistent set of manifests of version that covers target.
 
         Handles whose ranges miss target are included too: restore skips their keyed state,
-        but operator state is redistributed from all old instances (union and even split)."""
-        manifests = self.manifests(version)
-        if not manifests:
+        but operator state is redistributed from all old instances (union and even split).
+        Raises CheckpointNotFoundError for a version that does not exist or is incomplete for
+        target, CorruptionError for a damaged one."""
+        entries, has_marker = self._listing(version)
+        marked = self.committed_partitions(version, has_marker)
+        if not entries:
+            if marked is not None:
+                raise CorruptionError(
+                    f"version {version} of {self.describe()} is marked committed by "
+                    f"{marked} partition(s) but has no manifest (missing: "
+                    f"{self._missing(version, marked, set())}); it is damaged")
             known = self.versions()
             raise CheckpointNotFoundError(
                 f"version {version} of {self.describe()} does not exist (versions present: "
                 f"{_summarize(known)})")
-        by_n: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-        for p, n, doc in manifests:
-            by_n.setdefault(n, []).append((p, doc))
-        marked = self.committed_partitions(version)
-        if marked is not None and marked in by_n:
+        by_n: dict[int, list[tuple[int, IncrementalHandle, dict[str, Any]]]] = {}
+        for p, n, name, info in entries:
+            handle, doc = self._manifest(version, p, n, name, info)
+            by_n.setdefault(n, []).append((p, handle, doc))
+        max_ps = {h.max_parallelism for group in by_n.values() for _, h, _ in group}
+        if len(max_ps) > 1:
+            raise CorruptionError(f"version {version} of {self.describe()} has manifests of "
+                                  f"max_parallelism {sorted(max_ps)}; it is damaged")
+        if marked is not None:
+            group = by_n.get(marked, [])
+            present = {p for p, _, _ in group}
+            if present != set(range(marked)):
+                raise CorruptionError(
+                    f"version {version} of {self.describe()} is marked committed by {marked} "
+                    f"partition(s) but manifests are missing ({self._missing(version, marked, present)}); "
+                    f"it is damaged")
             candidates = [marked]
         else:  # complete sets first, then the most recently written
-            candidates = sorted(by_n, key=lambda n: (len({p for p, _ in by_n[n]}) == n,
-                                                     max(d.get("created_at", 0) for _, d in by_n[n])),
+            candidates = sorted(by_n, key=lambda n: (len({p for p, _, _ in by_n[n]}) == n,
+                                                     max(d["created_at"] for _, _, d in by_n[n])),
                                 reverse=True)
         for n in candidates:
-            handles = [handle_from_dict(doc) for _, doc in sorted(by_n[n], key=lambda t: t[0])]
+            handles = [h for _, h, _ in sorted(by_n[n], key=lambda t: t[0])]
             covering = [h for h in handles if not h.key_group_range.intersection(target).is_empty()]
             if _covers(covering, target):
-                return handles  # type: ignore[return-value]
+                return handles
         raise CheckpointNotFoundError(
             f"version {version} of {self.describe()} is incomplete: no committed set of "
             f"partitions covers key groups {target.start}..{target.end}")
 
+    def _missing(self, version: int, n: int, present: set[int]) -> str:
+        missing = [self.manifest_path(version, p, n) for p in range(n) if p not in present]
+        shown = ", ".join(self.storage.describe(m) for m in missing[:3])
+        return shown + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+
     def latest_version(self, target: KeyGroupRange) -> int:
-        """The newest version readable for target (0, the empty state, if none)."""
-        for v in reversed(self.versions()):
+        """The newest version readable for target (0, the empty state, if none).
+
+        Incomplete versions (not all partitions published) are passed over, as Spark does; a
+        damaged one raises CorruptionError: an older version is used only when asked for."""
+        versions = self.check_operator_dir()
+        for i in range(len(versions) - 1, -1, -1):
             try:
-                self.handles_for(v, target)
-                return v
-            except (CheckpointNotFoundError, CorruptionError):
+                self.handles_for(versions[i], target)
+            except CheckpointNotFoundError:
                 continue
+            self._check_numbering(versions[:i])
+            return versions[i]
+        self._check_numbering(versions)
         return 0
+
+    def _check_numbering(self, older: list[int]) -> None:
+        """Each older version directory must hold manifests of its own number: a newer
+        version whose directory name was damaged into an older, free number would otherwise
+        be passed over. One manifest per directory is read, leniently: damage inside an older
+        version is reported when that version is read, not here."""
+        for v in older:
+            entries = self._manifest_entries(v)
+            if not entries:
+                continue
+            rel = f"{self.version_dir(v)}/{entries[0][2]}"
+            try:
+                recorded = docs.parse(self.storage.read_bytes(rel), rel).get("version")
+            except CorruptionError:
+                continue
+            if type(recorded) is int and recorded != v:
+                raise CorruptionError(
+                    f"{self.storage.describe(rel)} is a manifest of version {recorded} in the "
+                    f"directory of version {v} (a renamed version directory?); {self.describe()} "
+                    f"is damaged")
+
+    def status(self, version: int, target: KeyGroupRange | None = None) -> VersionStatus:
+        """A version's standing for a listing; never raises for damage."""
+        try:
+            entries, has_marker = self._listing(version)
+            manifests = [(p, n, self._manifest(version, p, n, name, info))
+                         for p, n, name, info in entries]
+            marked = self.committed_partitions(version, has_marker)
+            counts = tuple(sorted({n for _, n, _ in manifests}))
+            size = sum(h.stats.get("bytes_total", 0) for _, _, (h, _) in manifests)
+            if not manifests and marked is None:
+                return VersionStatus(version, "incomplete", "no manifest published (a commit "
+                                     "that did not finish, or a version being deleted)")
+            max_p = manifests[0][2][0].max_parallelism if manifests else 1
+            try:
+                self.handles_for(version, target or KeyGroupRange.all(max_p))
+                state, detail = "complete", ""
+            except CheckpointNotFoundError as e:
+                state, detail = "incomplete", str(e)
+            return VersionStatus(version, state, detail, counts, len(manifests), size, marked)
+        except CorruptionError as e:
+            return VersionStatus(version, "damaged", str(e))
 
     # ---- writing ---------------------------------------------------------------------------
 
     def mark_committed(self, version: int, num_partitions: int) -> None:
         """Records that all num_partitions partitions of version committed (driver side)."""
+        doc = {"num_partitions": num_partitions, "version": version}
         self.storage.write_atomic(f"{self.version_dir(version)}/{COMMITTED_MARKER}",
-                                  json.dumps({"num_partitions": num_partitions}).encode())
+                                  docs.dumps(docs.seal(doc, self.hmac_key)))
 
     def slowest_partition_version(self, latest: int, num_partitions: int) -> int:
         """The oldest of the newest versions (<= latest) that the partitions of num_partitions
         committed; a partition without any is taken to be committing on top of latest - 1."""
         missing = set(range(num_partitions))
         slowest = latest
-        for v in reversed(self.versions()):
+        for v in reversed(self.version_dirs()):
             if not missing:
                 break
             if v > latest:
@@ -226,33 +427,41 @@ class VersionCatalog:
 
         With ``num_partitions``, counting starts from the slowest partition instead: a
         partition that has not committed ``latest`` yet reuses the files of its own newest
-        version, which must survive until it has."""
-        import time
+        version, which must survive until it has.
 
+        Order, so that a process killed at any point leaves no listed version whose files
+        are gone: first the old versions' markers and manifests (they stop being versions),
+        then the shared files only they used, then the rest of their folders. Only files under
+        ``<operator>/`` are ever deleted."""
         if num_partitions is not None:
             latest = min(latest, self.slowest_partition_version(latest, num_partitions))
         cutoff = latest - min_versions_to_retain + 1
-        versions = self.versions()
+        versions = self.version_dirs()
         old = [v for v in versions if v < cutoff]
         if not old:
             return {"versions": 0, "files": 0}
         keep_refs: set[str] = set()
         for v in versions:
             if v >= cutoff:
-                for _, _, doc in self.manifests(v):
-                    keep_refs.update(f["path"] for f in doc.get("shared", []))
+                for _, _, h in self.manifest_handles(v):
+                    keep_refs.update(f.path for f in h.shared)
         candidates: set[str] = set()
         for v in old:
             try:
-                docs = self.manifests(v)
+                for _, _, h in self.manifest_handles(v):
+                    candidates.update(f.path for f in h.shared)
             except CorruptionError:
-                continue  # going anyway; its files become orphans for the grace-period sweep
-            for _, _, doc in docs:
-                candidates.update(f["path"] for f in doc.get("shared", []))
+                pass  # going anyway; its files become orphans for the grace-period sweep
+        for v in old:  # unpublish first
+            self.storage.delete_file(f"{self.version_dir(v)}/{COMMITTED_MARKER}")
+            for info in self.storage.list_dir(self.version_dir(v)):
+                if _MANIFEST.match(info.base_name):
+                    self.storage.delete_file(f"{self.version_dir(v)}/{info.base_name}")
         deleted = 0
-        for path in candidates - keep_refs:
-            self.storage.delete_file(path)
-            deleted += 1
+        for path in sorted(candidates - keep_refs):
+            if path.startswith(self.shared_dir + "/"):
+                self.storage.delete_file(path)
+                deleted += 1
         for v in old:
             self.storage.delete_dir(self.version_dir(v))
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms

@@ -57,7 +57,7 @@ cdef extern from "keygroups.h" namespace "stateengine" nogil:
 cdef extern from "codec.h" namespace "stateengine" nogil:
     ctypedef uint8_t CCodec "stateengine::Codec"
     CCodec kVoid, kAny, kI64, kF64, kStr, kBytes, kBool, kPickle, kI32, kF32
-    CCodec kOrdI64, kOrdF64, kOrdStr, kOrdBytes, kCodecCount
+    CCodec kOrdI64, kOrdF64, kOrdStr, kOrdBytes, kStruct, kCodecCount
     uint8_t kTagNone, kTagInt, kTagFloat, kTagStr, kTagBytes, kTagFalse, kTagTrue, kTagPickle
     uint8_t kTagBigInt, kTagTuple, kTagList, kTagDict
     int kMaxAnyDepth
@@ -115,6 +115,10 @@ cdef extern from "merge_operators.h" namespace "stateengine" nogil:
     ctypedef uint8_t CNumericOp "stateengine::NumericOp"
 
 
+cdef extern from "ttl.h" namespace "stateengine" nogil:
+    int64_t kTtlTimeUnset "stateengine::kTtlTimeUnset"
+
+
 cdef extern from "db.h" namespace "stateengine" nogil:
     cdef cppclass CMemoryBudget "stateengine::MemoryBudget":
         @staticmethod
@@ -136,7 +140,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CCodec numeric_codec
 
     CColumnFamilySpec CMakeColumnFamilySpec "stateengine::MakeColumnFamilySpec"(
-        const string&, int, int, int)
+        const string&, int, int, int, int)
 
     cdef cppclass CKeyValue "stateengine::KeyValue":
         string key
@@ -144,7 +148,8 @@ cdef extern from "db.h" namespace "stateengine" nogil:
 
     cdef cppclass CStateDB "stateengine::StateDB":
         @staticmethod
-        CStatus Open(const string&, const vector[CColumnFamilySpec]&, unique_ptr[CStateDB]*)
+        CStatus Open(const string&, const vector[CColumnFamilySpec]&, unique_ptr[CStateDB]*,
+                     cbool create_if_missing)
         @staticmethod
         void SetBottommostFilters(bint)
         @staticmethod
@@ -165,6 +170,12 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus PutNoWait(int, const CSlice&, const CSlice&)
         CStatus MergeNoWait(int, const CSlice&, const CSlice&)
         CStatus DeleteNoWait(int, const CSlice&)
+        CStatus RawGet(int, const CSlice&, CPinnableSlice*)
+        CStatus RawPut(int, const CSlice&, const CSlice&)
+        CStatus RawMerge(int, const CSlice&, const CSlice&)
+        CStatus ConfigureTtl(int, int64_t, cbool, cbool, const string&)
+        void SetTtlTime(int64_t)
+        int64_t ttl_time()
         CStatus Write(CWriteBatch*)
         CStatus PutMany(int, const vector[string]&, const vector[string]&)
         CStatus DeletePrefix(int, const string&)
@@ -179,7 +190,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
 
 cdef extern from "scan_cursor.h" namespace "stateengine" nogil:
     cdef cppclass CScanCursor "stateengine::ScanCursor":
-        CScanCursor(CStateDB*, int, string, string, cbool) except +
+        CScanCursor(CStateDB*, int, string, string, cbool, cbool) except +
         CStatus Next(size_t, vector[CKeyValue]*, cbool*)
         void Release()
 
@@ -329,7 +340,8 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
         CBatchError*)
     CStatus CBatchMergeList "stateengine::BatchMergeList"(
         CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CBatchError*)
-    CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*)
+    CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*,
+                                              cbool)
     cbool CScatterInt64 "stateengine::ScatterInt64"(const CKeyBatch&, const CBatchValues&, CCodec,
                                                    cbool, int64_t, int64_t*, uint8_t*, CBatchError*)
     cbool CScatterFloat64 "stateengine::ScatterFloat64"(const CKeyBatch&, const CBatchValues&,
@@ -339,3 +351,97 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
 cdef extern from "rocksdb_floor.h" namespace "stateengine" nogil:
     CStatus CMeasureFloor "stateengine::MeasureFloor"(CStateDB*, int, const CKeyBatch&, int,
                                                       double*)
+
+cdef extern from "db_metrics.h" namespace "stateengine" nogil:
+    cdef cppclass CDbMetrics "stateengine::DbMetrics":
+        uint64_t estimated_keys
+        uint64_t live_sst_bytes
+        uint64_t sst_files
+        uint64_t memtable_bytes
+        uint64_t table_reader_bytes
+        uint64_t pinned_bytes
+        uint64_t pending_compaction_bytes
+    CStatus CCollectDbMetrics "stateengine::CollectDbMetrics"(CStateDB*, CDbMetrics*)
+
+cdef extern from "row_codec.h" namespace "stateengine" nogil:
+    int kMaxRowDepth "stateengine::kMaxRowDepth"
+    int32_t kMinDateDays "stateengine::kMinDateDays"
+    int32_t kMaxDateDays "stateengine::kMaxDateDays"
+    int64_t kMinTimestampMicros "stateengine::kMinTimestampMicros"
+    int64_t kMaxTimestampMicros "stateengine::kMaxTimestampMicros"
+    uint8_t kRowBigint "stateengine::kRowBigint"
+    uint8_t kRowInt "stateengine::kRowInt"
+    uint8_t kRowSmallint "stateengine::kRowSmallint"
+    uint8_t kRowTinyint "stateengine::kRowTinyint"
+    uint8_t kRowDouble "stateengine::kRowDouble"
+    uint8_t kRowFloat "stateengine::kRowFloat"
+    uint8_t kRowString "stateengine::kRowString"
+    uint8_t kRowBinary "stateengine::kRowBinary"
+    uint8_t kRowBoolean "stateengine::kRowBoolean"
+    uint8_t kRowDecimal "stateengine::kRowDecimal"
+    uint8_t kRowDate "stateengine::kRowDate"
+    uint8_t kRowTimestamp "stateengine::kRowTimestamp"
+    uint8_t kRowTimestampNtz "stateengine::kRowTimestampNtz"
+    uint8_t kRowArray "stateengine::kRowArray"
+    uint8_t kRowMap "stateengine::kRowMap"
+    uint8_t kRowStruct "stateengine::kRowStruct"
+
+    cdef cppclass CRowNode "stateengine::RowNode":
+        uint8_t type
+        cbool nullable
+        uint8_t precision
+        uint8_t scale
+        uint32_t num_children
+        uint32_t first_child
+        uint32_t fixed_width
+
+    cdef cppclass CRowSchema "stateengine::RowSchema":
+        cbool Compile(const char*, size_t)
+        const CRowNode* nodes()
+        const uint32_t* children()
+        size_t size()
+        cbool Length(uint32_t, const char*, size_t, size_t*)
+
+    size_t CBitmapBytes "stateengine::BitmapBytes"(uint64_t)
+
+
+cdef extern from "arrow_c.h" nogil:
+    cdef struct ArrowSchema:
+        const char* format
+        void (*release)(ArrowSchema*)
+
+    cdef struct ArrowArray:
+        int64_t length
+        void (*release)(ArrowArray*)
+
+
+cdef extern from "arrow_rows.h" namespace "stateengine" nogil:
+    int kRowOk "stateengine::kRowOk"
+    int kRowArrowType "stateengine::kRowArrowType"
+    int kRowNull "stateengine::kRowNull"
+    int kRowOutOfRange "stateengine::kRowOutOfRange"
+    int kRowCorrupt "stateengine::kRowCorrupt"
+    int kRowTooLarge "stateengine::kRowTooLarge"
+    int kRowNoMemory "stateengine::kRowNoMemory"
+    int kRowNullRow "stateengine::kRowNullRow"
+    int kRowInvalidText "stateengine::kRowInvalidText"
+    int kNullRowsRefuse "stateengine::kNullRowsRefuse"
+    int kNullRowsMark "stateengine::kNullRowsMark"
+    int kNullRowsMapFlag "stateengine::kNullRowsMapFlag"
+    int kStoredValue "stateengine::kStoredValue"
+    int kStoredMapValue "stateengine::kStoredMapValue"
+    int kStoredList "stateengine::kStoredList"
+
+    cdef cppclass CRowError "stateengine::RowError":
+        int code
+        int64_t row
+        vector[int64_t] path
+
+    cbool CEncodeArrowRows "stateengine::EncodeArrowRows"(
+        const CRowSchema&, const ArrowSchema*, const ArrowArray*, int, string*, vector[int64_t]*,
+        vector[uint8_t]*, CRowError*)
+    cbool CDecodeBatchToArrow "stateengine::DecodeBatchToArrow"(
+        const CRowSchema&, const CKeyBatch&, const CBatchValues&, int, const string*, ArrowArray*,
+        uint8_t*, CRowError*)
+    cbool CDecodeSlicesToArrow "stateengine::DecodeSlicesToArrow"(
+        const CRowSchema&, const vector[CSlice]&, int, ArrowArray*, CRowError*)

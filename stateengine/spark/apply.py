@@ -40,7 +40,7 @@ from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
-from .runtime import TaskConfig, TaskState, guarded
+from .runtime import TaskConfig, TaskState, guarded, ttl_clock
 from .workers import check_workers
 
 _FLUSH_ROWS = 16_384
@@ -101,11 +101,15 @@ def task_config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateD
                 checkpoint: str, out: T.StructType, *, batch_id: Any, num_partitions: int | None,
                 max_parallelism: int, operator_id: str, query_checkpoint: Any,
                 watermark: Any = None, processing_time: Any = None, needs_times: bool = False,
-                **extra: Any) -> TaskConfig:
+                batch_timestamp_ms: Any = None, **extra: Any) -> TaskConfig:
     """Everything the tasks of a stateful step need, checked on the driver (state names,
-    pickle, batch facts, key types); also makes sure the Python workers import stateengine."""
+    pickle, batch facts, the TTL clock, key types); also makes sure the Python workers import
+    stateengine."""
     facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint,
                          needs_times or any(getattr(d, "ttl", None) for d in states))
+    facts["ttl_time_ms"] = ttl_clock(states, batch_timestamp_ms, facts["batch_id"],
+                                     facts["processing_time"], facts["query_checkpoint"],
+                                     facts["time_zone"])
     names = [d.name for d in states]
     if len(set(names)) != len(names):
         raise ValueError(f"state names must be unique, got {names}")
@@ -257,6 +261,7 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      memory_budget_mb: int | None = None,
                      bottommost_bloom_filters: bool = False,
                      allow_pickle: bool = False,
+                     batch_timestamp_ms: Any = None,
                      query_checkpoint: str | None = None) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
@@ -281,6 +286,11 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
     ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
     they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
+    ``batch_timestamp_ms`` is the clock of states with TTL (``ttl=StateTtlConfig(...)``) with
+    an explicit ``batch_id``: an entry expires ``ttl`` after its last access as of this time,
+    which a replayed batch must repeat (Spark's batchTimestampMs does). Without it the TTL
+    clock is the batch's processing time (``processing_time``, or Spark's from the offset log
+    with ``query_checkpoint``); with neither, states with TTL raise TtlTimeNotSetError.
     """
     out = _schema(df, schema)
     cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
@@ -291,7 +301,7 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                       min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                       memory_budget_mb=memory_budget_mb,
                       bottommost_bloom_filters=bottommost_bloom_filters,
-                      allow_pickle=allow_pickle)
+                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
     def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
         ctx = GroupContext(task)
@@ -328,13 +338,14 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    memory_budget_mb: int | None = None,
                    bottommost_bloom_filters: bool = False,
                    allow_pickle: bool = False,
+                   batch_timestamp_ms: Any = None,
                    query_checkpoint: str | None = None) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
-    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling and ``allow_pickle``
-    behave as in ``apply_with_state``; a partition without rows commits its version without
-    calling ``func``."""
+    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling, ``allow_pickle`` and
+    ``batch_timestamp_ms`` (the TTL clock) behave as in ``apply_with_state``; a partition
+    without rows commits its version without calling ``func``."""
     out = _schema(df, schema)
     cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
                       num_partitions=num_partitions, max_parallelism=max_parallelism,
@@ -342,7 +353,7 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                       min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
                       memory_budget_mb=memory_budget_mb,
                       bottommost_bloom_filters=bottommost_bloom_filters,
-                      allow_pickle=allow_pickle)
+                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
     def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         sink = _Output(cfg.output_cols)

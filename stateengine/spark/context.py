@@ -19,6 +19,8 @@ class _BaseContext:
         # batchTimestampMs of this batch (None: not known)
         self.watermark: int | None = batch.watermark
         self.processing_time: int | None = batch.processing_time
+        # The TTL clock of this batch (batch_timestamp_ms, else processing_time), or None.
+        self.batch_timestamp_ms: int | None = task.ttl_time
         # Whether this task continued the backend its worker kept open (no restore needed).
         self.reused_backend: bool = bool(task.provider.last_load.get("reused", False))
 

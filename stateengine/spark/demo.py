@@ -11,6 +11,13 @@ is emitted. The sink writes each micro-batch's output to Parquet, one directory 
 version.
 
     python -m stateengine.spark.demo --batches 8
+    python -m stateengine.spark.demo --local-s3     # state on a local S3 server (moto)
+
+``--checkpoint`` may be an ``s3://bucket/path`` URI (credentials and endpoint from the usual
+AWS variables): the keyed state goes there, while Spark's own stream checkpoint and the Parquet
+outputs stay in ``--work-dir`` (pip's pyspark has no S3 connector).
+``--local-s3`` starts moto's S3 server on 127.0.0.1 for the run and puts the checkpoint at
+``s3://stateengine/demo``; the server keeps objects in memory, so each such run starts afresh.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from .. import ReducingStateDescriptor, ValueStateDescriptor, reducers
+from ..checkpoint.storage import CheckpointStorage
 
 OUTPUT_SCHEMA = ("kind string, user long, batch_events long, events long, amount double, "
                  "session_start long, session_end long, session_events long")
@@ -97,6 +107,12 @@ class Progress:
               f"| {seconds:5.2f}s", flush=True)
 
 
+def _join(uri: str, sub: str) -> str:
+    """uri/sub, keeping a URI's query options at the end."""
+    base, _, query = uri.partition("?")
+    return f"{base.rstrip('/')}/{sub}" + (f"?{query}" if query else "")
+
+
 def _quiet_intentional_stop(spark: Any) -> None:
     """The query ends by raising StopDemo; Spark would log that as an error with a stack trace.
     Real failures still reach us through awaitTermination. (The demo's own classic session
@@ -113,13 +129,21 @@ def run(args: argparse.Namespace) -> int:
     # unless the environment chose one.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, never a public address
+    import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from . import apply_with_state, batch_times, mark_batch_committed, read_state
 
-    checkpoint = os.path.abspath(args.checkpoint)
-    state_dir, query_dir = os.path.join(checkpoint, "state"), os.path.join(checkpoint, "stream")
+    remote = "://" in args.checkpoint and not args.checkpoint.startswith("file://")
+    checkpoint = args.checkpoint if remote else os.path.abspath(args.checkpoint)
+    # Spark's stream checkpoint and the outputs: beside the state, or in a local directory
+    work = checkpoint if not remote else os.path.abspath(
+        args.work_dir or (tempfile.mkdtemp(prefix="stateengine-demo-") if args.local_s3
+                          else "demo-work"))
+    storage = CheckpointStorage(checkpoint)
+    state_dir = _join(checkpoint, "state") if remote else os.path.join(checkpoint, "state")
+    query_dir = os.path.join(work, "stream")
     spark = (SparkSession.builder.master(args.master).appName("stateengine-demo")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
@@ -154,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             # committed the batch, so the next run replays it: nothing is lost or counted twice.
             raise StopDemo(f"stopping before batch {batch_id} after {args.batches} batches")
         t0 = time.time()
-        target = os.path.join(checkpoint, "output", f"batch={batch_id}")
+        target = os.path.join(work, "output", f"batch={batch_id}")
         batch_df.write.mode("overwrite").parquet(target)  # runs the stateful step once
         # the batch's own session: nothing in the query path needs the driver's SparkContext
         written = (batch_df.sparkSession.read.parquet(target).groupBy("kind")
@@ -171,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
              .option("checkpointLocation", query_dir)
              .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
     print(f"stateengine demo: {args.rows_per_second} events/s over {args.users} users, "
-          f"{args.partitions} partitions, checkpoint {checkpoint}", flush=True)
+          f"{args.partitions} partitions, checkpoint {storage.location}"
+          + (f" (Spark's stream checkpoint and outputs in {work})" if remote else ""), flush=True)
     try:
         query.awaitTermination()
     except Exception as e:  # StreamingQueryException wrapping StopDemo, or a real failure
@@ -180,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
     finally:
         query.stop()
-    sessions_closed = spark.read.parquet(os.path.join(checkpoint, "output")) \
+    sessions_closed = spark.read.parquet(os.path.join(work, "output")) \
         .where("kind = 'session'")
     top = (read_state(spark, state_dir, "events", operator_id="sessions", key_names=["user"])
            .orderBy(F.col("value").desc()).limit(3).collect())
@@ -189,14 +214,33 @@ def run(args: argparse.Namespace) -> int:
           f"{time.time() - progress.started:.1f}s; {sessions_closed.count()} sessions closed so "
           f"far; busiest users: " + ", ".join(f"{r['user']} ({r['value']} events)" for r in top),
           flush=True)
-    print(f"run the same command again to resume from batch {processed[-1] + 1 if processed else 0}")
+    if remote:
+        objects = storage.fs.get_file_info(pafs.FileSelector(storage.root, recursive=True))
+        files = [i for i in objects if i.type == pafs.FileType.File]
+        print(f"state on {storage.location}: {len(files)} objects, "
+              f"{sum(i.size for i in files) / 1e6:.1f} MB", flush=True)
+    if args.local_s3:
+        print("the local S3 server keeps its objects in memory: the next --local-s3 run "
+              "starts again from batch 0")
+    else:
+        print(f"run the same command again to resume from batch "
+              f"{processed[-1] + 1 if processed else 0}")
     spark.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default="demo-checkpoint", help="checkpoint directory")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint directory or s3://bucket/path URI (default: "
+                        "demo-checkpoint, or s3://stateengine/demo with --local-s3)")
+    p.add_argument("--local-s3", action="store_true",
+                   help="start a local S3 server (moto, on 127.0.0.1) for this run and keep "
+                        "the checkpoint on it")
+    p.add_argument("--work-dir", default=None,
+                   help="with an s3:// checkpoint: the local directory for Spark's stream "
+                        "checkpoint and the outputs (default: demo-work, or a fresh temporary "
+                        "directory with --local-s3)")
     p.add_argument("--batches", type=int, default=8, help="micro-batches to run before stopping")
     p.add_argument("--rows-per-second", type=int, default=20000)
     p.add_argument("--users", type=int, default=5000)
@@ -205,7 +249,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lateness-ms", type=int, default=1000, help="watermark delay")
     p.add_argument("--trigger-ms", type=int, default=2000)
     p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[*]"))
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    if not args.local_s3:
+        args.checkpoint = args.checkpoint or "demo-checkpoint"
+        return run(args)
+    args.checkpoint = args.checkpoint or "s3://stateengine/demo"
+    if not args.checkpoint.startswith("s3://"):
+        p.error(f"--local-s3 needs an s3:// checkpoint, not {args.checkpoint}")
+    from ..local_s3 import LocalS3Server
+
+    # before Spark starts, so that its Python workers inherit the endpoint and credentials
+    server = LocalS3Server(bucket=urlsplit(args.checkpoint).netloc).start()
+    os.environ.update(server.env())
+    print(f"local S3 server (moto) on {server.endpoint}, bucket {server.bucket}", flush=True)
+    try:
+        return run(args)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ from typing import Any, Iterator, Sequence
 
 from .. import _native
 from ..descriptors import StateDescriptor
+from ..errors import TtlTimeNotSetError
 from ..store import StateStore, StateStoreProvider
+from ..times import to_millis
 from .batch import BatchInfo, resolve_batch
 
 _MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
@@ -49,6 +51,9 @@ class TaskConfig:
     bottommost_bloom_filters: bool = False
     output_cols: list[str] = field(default_factory=list)
     allow_pickle: bool = False
+    # The TTL clock of the batch (stateengine/ttl.py) when given as batch_timestamp_ms; None:
+    # the batch's processing time (given, or Spark's batchTimestampMs from the offset log).
+    ttl_time_ms: int | None = None
 
     @property
     def key_type(self) -> Any:
@@ -59,12 +64,43 @@ class TaskConfig:
         return len(self.key_codecs) > 1
 
 
+def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: Any, batch_id: int | None,
+              processing_time: int | None, query_checkpoint: str | None,
+              zone: str | None = None) -> int | None:
+    """The TTL time of a batch's tasks (``TaskConfig.ttl_time_ms``), checked on the driver:
+    ``batch_timestamp_ms`` when given, else None, and each task takes its batch's processing
+    time (``processing_time=``, or with ``query_checkpoint`` Spark's batchTimestampMs from the
+    offset log), the same on every attempt and replay. States with TTL need one of them: TTL
+    never reads the wall clock."""
+    if batch_timestamp_ms is not None:
+        if query_checkpoint is not None:
+            raise ValueError("batch_timestamp_ms and query_checkpoint both set the batch's time: "
+                             "pass one or the other")
+        if batch_id is None:
+            raise ValueError(
+                "batch_timestamp_ms goes with an explicit batch_id; inside a streaming query "
+                "pass query_checkpoint=<the query's checkpointLocation> and each batch uses "
+                "Spark's batch timestamp")
+        return to_millis(batch_timestamp_ms, "batch_timestamp_ms", zone)
+    with_ttl = [d.name for d in states if getattr(d, "ttl", None) is not None]
+    if with_ttl and processing_time is None and query_checkpoint is None:
+        raise TtlTimeNotSetError(
+            f"states {with_ttl} have a TTL, which expires entries against the batch's time; "
+            f"pass batch_timestamp_ms=<the micro-batch's timestamp in ms> (the same value when "
+            f"a batch is replayed, as Spark's batchTimestampMs is), or inside a streaming query "
+            f"query_checkpoint=<its checkpointLocation>")
+    return None
+
+
 def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     """The cached provider of this partition in this worker process (created on first use)."""
     from ..serializers import Codec
 
+    # TTL settings are configuration fixed per backend: a job that changes them gets a backend
+    # restored afresh rather than one configured for the old ones.
+    ttls = tuple((d.name, d.ttl) for d in cfg.descriptors if getattr(d, "ttl", None) is not None)
     ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
-             cfg.max_parallelism, cfg.allow_pickle)
+             cfg.max_parallelism, cfg.allow_pickle, ttls)
     with _cache_lock:
         provider = _cache.get(ident)
         if provider is not None:
@@ -124,10 +160,12 @@ class TaskState:
             raise
         self.backend = self.store.backend
         self.backend.timer_service.naive_time_zone = cfg.time_zone
-        if self.batch.processing_time is not None and hasattr(self.backend, "set_ttl_time"):
-            # State TTL measures time by the batch, never the wall clock: a retried task
-            # expires exactly what its first attempt did.
-            self.backend.set_ttl_time(self.batch.processing_time)
+        # State TTL measures time by the batch, never the wall clock: a retried task or a
+        # replayed batch expires exactly what the first attempt did.
+        self.ttl_time: int | None = (cfg.ttl_time_ms if cfg.ttl_time_ms is not None
+                                     else self.batch.processing_time)
+        if self.ttl_time is not None:
+            self.backend.set_ttl_time(self.ttl_time)
         self.handles = {d.name: self.backend.get_state(d) for d in cfg.descriptors}
 
     def commit(self) -> int:

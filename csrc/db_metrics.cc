@@ -1,0 +1,39 @@
+#include "db_metrics.h"
+
+#include <vector>
+
+namespace stateengine {
+
+namespace {
+
+uint64_t SumProperty(StateDB* db, const char* name) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < db->num_column_families(); ++i) {
+    uint64_t n = 0;
+    if (db->raw()->GetIntProperty(db->handle(static_cast<int>(i)), name, &n)) total += n;
+  }
+  return total;
+}
+
+}  // namespace
+
+rocksdb::Status CollectDbMetrics(StateDB* db, DbMetrics* out) {
+  *out = DbMetrics();
+  out->estimated_keys = SumProperty(db, "rocksdb.estimate-num-keys");
+  out->live_sst_bytes = SumProperty(db, "rocksdb.live-sst-files-size");
+  out->memtable_bytes = SumProperty(db, "rocksdb.cur-size-all-mem-tables");
+  out->table_reader_bytes = SumProperty(db, "rocksdb.estimate-table-readers-mem");
+  out->pending_compaction_bytes = SumProperty(db, "rocksdb.estimate-pending-compaction-bytes");
+  // The block cache is shared by every backend of the process: one reading, not a sum.
+  uint64_t pinned = 0;
+  if (db->raw()->GetIntProperty(db->raw()->DefaultColumnFamily(),
+                                "rocksdb.block-cache-pinned-usage", &pinned)) {
+    out->pinned_bytes = pinned;
+  }
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->raw()->GetLiveFilesMetaData(&files);
+  out->sst_files = files.size();
+  return rocksdb::Status::OK();
+}
+
+}  // namespace stateengine

@@ -1,0 +1,25 @@
+// What a state backend's RocksDB holds right now: the figures a Spark user reads in a stateful
+// operator's progress (rows, memory, files), gathered without scanning any data.
+#pragma once
+
+#include <cstdint>
+
+#include "db.h"
+
+namespace stateengine {
+
+struct DbMetrics {
+  uint64_t estimated_keys = 0;    // rocksdb.estimate-num-keys, summed over states
+  uint64_t live_sst_bytes = 0;    // bytes of the SST files the current version references
+  uint64_t sst_files = 0;         // number of those files
+  uint64_t memtable_bytes = 0;    // active and immutable memtables, not yet flushed
+  uint64_t table_reader_bytes = 0;  // index and filter blocks held outside the block cache
+  uint64_t pinned_bytes = 0;      // blocks pinned in the shared block cache (all backends)
+  uint64_t pending_compaction_bytes = 0;  // estimate of bytes compaction still has to rewrite
+};
+
+// Reads RocksDB's properties of every column family. Safe beside reads and writes on other
+// threads (properties are read under RocksDB's own locks).
+rocksdb::Status CollectDbMetrics(StateDB* db, DbMetrics* out);
+
+}  // namespace stateengine
