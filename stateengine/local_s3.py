@@ -12,6 +12,7 @@ what ``pyarrow.fs.S3FileSystem`` talks to. Never for production data.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import subprocess
@@ -79,6 +80,7 @@ class LocalS3Server:
         else:
             raise RuntimeError(f"moto's S3 server did not start on 127.0.0.1 (log: "
                                f"{self.log_path or 'not kept'})")
+        atexit.register(self.stop)  # a caller that dies of an exception leaves no server behind
         self.filesystem(allow_bucket_creation=True).create_dir(self.bucket)
         return self
 
@@ -126,6 +128,7 @@ class LocalS3Server:
 
     def stop(self) -> None:
         """Stops the server (by its PID); its objects are gone."""
+        atexit.unregister(self.stop)
         self._stop_process()
         if self._log is not None:
             self._log.close()

@@ -175,11 +175,10 @@ def test_an_empty_batch_commits_every_partition_and_fires_the_timers_due(spark, 
                          on_timer=on_timer, watermark="2024-01-01")  # refused on the driver
 
 
-def test_a_new_operator_starts_at_any_batch_id_but_never_skips_a_version(spark, tmp_path):
-    """Adding stateengine to a query whose batch ids are past 0 starts from empty state; once
-    state exists, a batch whose version is missing fails instead of starting over."""
-    from stateengine import CheckpointNotFoundError
-
+def test_a_new_operator_starts_at_any_batch_id(spark, tmp_path):
+    """Adding stateengine to a query whose batch ids are past 0 starts from empty state (that
+    a missing version is an error once state exists is tests/test_store.py's, without Spark's
+    four attempts of a failing task)."""
     ck = str(tmp_path / "ck")
     df = spark.createDataFrame(pd.DataFrame({"user": ["a", "b"], "amount": [1, 2],
                                              "kind": ["x", "y"]}))
@@ -192,8 +191,6 @@ def test_a_new_operator_starts_at_any_batch_id_but_never_skips_a_version(spark, 
     assert run(41) == {"a": 1, "b": 1}
     assert run(42) == {"a": 2, "b": 2}
     assert run(41) == {"a": 1, "b": 1}  # a replay of the first batch starts empty again
-    with pytest.raises(Exception, match=CheckpointNotFoundError.__name__):
-        run(44)  # version 44 was never committed: an error, not an empty start
 
 
 def test_backend_stays_open_when_the_same_worker_continues_a_partition(spark, tmp_path):

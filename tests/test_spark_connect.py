@@ -285,3 +285,46 @@ def test_streaming_foreach_batch_through_connect(connect, tmp_path):
     assert latest == pd.concat(frames).groupby("user")["amount"].sum().to_dict()
     state = state_rows(connect, os.path.join(base, "state"), "total", "default")
     assert {user: value for user, _, value in state} == latest
+
+
+def test_stateful_step_inside_a_streaming_query_through_connect(connect, tmp_path):
+    """apply_with_state on a Connect streaming DataFrame: the server runs the stateful step
+    as part of the query; its tasks take the batch id from Spark and the watermark from the
+    query's offset log, and timers fire by it."""
+    import json
+
+    source, base = tmp_path / "in", str(tmp_path / "job")
+    source.mkdir()
+    frames = batches(seed=7, n=3, rows=60, users=10)
+    for i, pdf in enumerate(frames):
+        pdf[["user", "amount", "t"]].to_parquet(source / f"part-{i}.parquet", index=False)
+    query_ck, state = os.path.join(base, "query"), os.path.join(base, "state")
+
+    def add(user, rows, ctx):
+        count = ctx.state("count")
+        count.update(count.value() + len(rows))
+        ctx.timers.register_event_time_timer(int(rows["t"].max()) + 500)
+        return [(user, "update", count.value(), ctx.batch_id, ctx.watermark)]
+
+    def fire(user, timer, ctx):
+        return [(user, "timer", timer.timestamp, ctx.batch_id, ctx.watermark)]
+
+    events = (connect.readStream.schema("user string, amount bigint, t bigint")
+              .option("maxFilesPerTrigger", 1).parquet(str(source))
+              .selectExpr("*", "timestamp_millis(t) AS ts").withWatermark("ts", "0 seconds"))
+    out = apply_with_state(events, "user", add, "user string, kind string, n long, batch long, "
+                           "watermark long", [COUNT], state, num_partitions=2, on_timer=fire,
+                           query_checkpoint=query_ck)
+    query = (out.writeStream.format("parquet").option("path", os.path.join(base, "out"))
+             .option("checkpointLocation", query_ck).trigger(availableNow=True).start())
+    query.awaitTermination()
+    rows = connect.read.parquet(os.path.join(base, "out")).toPandas()
+    assert sorted(rows["batch"].unique()) == [0, 1, 2]
+    for b, part in rows.groupby("batch"):
+        with open(os.path.join(query_ck, "offsets", str(b))) as f:
+            watermark = json.loads(f.read().split("\n")[1])["batchWatermarkMs"]
+        assert (part["watermark"] == watermark).all()
+    updates = rows[rows.kind == "update"].sort_values("batch").groupby("user")["n"].last()
+    assert updates.to_dict() == pd.concat(frames).groupby("user").size().to_dict()
+    timers = rows[rows.kind == "timer"]
+    assert len(timers) and (timers["n"] <= timers["watermark"]).all()

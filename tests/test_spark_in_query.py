@@ -18,7 +18,7 @@ import pytest
 from pyspark import TaskContext
 
 from stateengine import StateTtlConfig, ValueStateDescriptor
-from stateengine.spark import apply_with_state, read_state
+from stateengine.spark import apply_with_state, map_with_state, read_state
 
 pytestmark = pytest.mark.spark
 
@@ -71,12 +71,14 @@ def make_functions(flags):
 
 
 def fail_batch_2_after_commit(flags):
-    """Downstream of the stateful step, in the same task: consumes every row (so the state of
-    batch 2 is committed) and fails while the restart flag is missing, on every attempt."""
+    """A stage after the stateful step's (so every partition's state of batch 2 is committed)
+    that fails in batch 2 while the restart flag is missing, on every attempt: the query
+    stops, and Spark has not committed the batch."""
     def fn(batches):
         frames = list(batches)
-        if TaskContext.get().partitionId() == 0 and any((f["batch"] == 2).any() for f in frames) \
-                and not os.path.exists(os.path.join(flags, "restarted")):
+        if TaskContext.get().getLocalProperty("streaming.sql.batchId") == "2" and \
+                TaskContext.get().partitionId() == 0 and \
+                not os.path.exists(os.path.join(flags, "restarted")):
             raise RuntimeError("injected failure after the state commit")
         yield from frames
     return fn
@@ -91,11 +93,11 @@ def run_query(spark, source, base, flags):
                            num_partitions=PARTITIONS, on_timer=on_timer,
                            query_checkpoint=query_ck)
     assert out.isStreaming
-    out = out.mapInPandas(fail_batch_2_after_commit(flags), out.schema)
     # downstream: a stateful Spark operator with a watermark on our output, which makes Spark
     # run a micro-batch without data once the watermark moves
     out = (out.selectExpr("*", "timestamp_millis(at) AS at_t").withWatermark("at_t", "1 second")
            .dropDuplicates(["user", "kind", "batch", "at_t"]))
+    out = out.mapInPandas(fail_batch_2_after_commit(flags), out.schema)
     query = (out.writeStream.format("parquet").option("path", os.path.join(base, "out"))
              .option("checkpointLocation", query_ck).trigger(availableNow=True).start())
     query.awaitTermination()
@@ -150,6 +152,38 @@ def test_stateful_step_inside_a_query_counts_once_across_retries_restarts_and_em
     assert any(b == 4 for _, _, b in want_fired)
 
 
+def test_map_with_state_inside_a_query(spark, tmp_path):
+    """The batch-operations form inside a query: one call per partition and micro-batch, with
+    Spark's batch id; partitions without rows commit without a call."""
+    source, base = str(tmp_path / "in"), str(tmp_path / "job")
+    everything = write_files(source, files=2, rows=30, users=8)
+
+    def per_partition(rows, ctx):
+        users = rows["user"].to_numpy()
+        keys, counts = np.unique(users, return_counts=True)
+        state = ctx.state("count")
+        before, _ = state.get_many(keys)
+        totals = before + counts
+        state.put_many(keys, totals)
+        return pd.DataFrame({"user": keys, "count": totals, "batch": ctx.batch_id})
+
+    events = spark.readStream.schema("user bigint, t_ms bigint").option("maxFilesPerTrigger", 1) \
+        .parquet(source)
+    out = map_with_state(events, "user", per_partition, "user bigint, count bigint, batch bigint",
+                         [COUNT], os.path.join(base, "state"), num_partitions=PARTITIONS)
+    query = (out.writeStream.format("parquet").option("path", os.path.join(base, "out"))
+             .option("checkpointLocation", os.path.join(base, "query"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    rows = spark.read.parquet(os.path.join(base, "out")).toPandas()
+    assert sorted(rows["batch"].unique()) == [0, 1]
+    latest = rows.sort_values("batch").groupby("user")["count"].last()
+    assert latest.to_dict() == everything.groupby("user").size().to_dict()
+    for v in (1, 2):
+        assert len([f for f in os.listdir(os.path.join(base, "state", "default", f"v{v}"))
+                    if f.endswith(".json")]) == PARTITIONS
+
+
 def test_a_checkpoint_location_of_another_query_is_refused(spark, tmp_path):
     source, base, flags = str(tmp_path / "in"), str(tmp_path / "job"), str(tmp_path / "flags")
     os.makedirs(flags)
@@ -160,7 +194,8 @@ def test_a_checkpoint_location_of_another_query_is_refused(spark, tmp_path):
     events = (spark.readStream.schema("user bigint, t_ms bigint").parquet(source)
               .selectExpr("user", "t_ms", "timestamp_millis(t_ms) AS t"))
     per_user, on_timer = make_functions(flags)
-    out = apply_with_state(events, "user", per_user, OUT, [COUNT], os.path.join(base, "state"),
+    out = apply_with_state(events, "user", per_user, OUT, [COUNT, SEEN],
+                           os.path.join(base, "state"),
                            num_partitions=1, on_timer=on_timer, query_checkpoint=str(other))
     query = (out.writeStream.format("memory").queryName("refused_query")
              .option("checkpointLocation", os.path.join(base, "query"))

@@ -1,8 +1,9 @@
 """stateengine inside Spark: route rows to the partition owning their key group and run
-stateful pandas functions there, batch after batch (pyspark 3.5 to 4.x, classic sessions and
-Spark Connect)."""
+stateful pandas functions there, batch after batch or as a step of a streaming query
+(pyspark 3.5 to 4.x, classic sessions and Spark Connect)."""
 
 from .apply import apply_with_state, map_with_state
+from .batch import BatchInfo, batch_times
 from .context import BatchContext, GroupContext
 from .processor import state_descriptors, transform_with_state, \
     transform_with_state_in_pandas
@@ -10,9 +11,9 @@ from .routing import route, with_routing_columns
 from .runtime import drop_cached
 from .state_io import bootstrap_state, read_state
 
-__all__ = ["BatchContext", "GroupContext", "apply_with_state", "bootstrap_state", "drop_cached",
-           "map_with_state", "mark_batch_committed", "read_state", "route", "state_descriptors",
-           "transform_with_state",
+__all__ = ["BatchContext", "BatchInfo", "GroupContext", "apply_with_state", "batch_times",
+           "bootstrap_state", "drop_cached", "map_with_state", "mark_batch_committed",
+           "read_state", "route", "state_descriptors", "transform_with_state",
            "transform_with_state_in_pandas", "with_routing_columns"]
 
 

@@ -97,9 +97,30 @@ def _batch_facts(df: DataFrame, batch_id: Any, watermark: Any, processing_time: 
     }
 
 
-def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescriptor],
-            checkpoint: str, num_partitions: int | None, max_parallelism: int,
-            operator_id: str, out: T.StructType, **extra: Any) -> TaskConfig:
+def task_config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescriptor],
+                checkpoint: str, out: T.StructType, *, batch_id: Any, num_partitions: int | None,
+                max_parallelism: int, operator_id: str, query_checkpoint: Any,
+                watermark: Any = None, processing_time: Any = None, needs_times: bool = False,
+                batch_timestamp_ms: Any = None, **extra: Any) -> TaskConfig:
+    """Everything the tasks of a stateful step need, checked on the driver (state names,
+    pickle, batch facts, the TTL clock, key types); also makes sure the Python workers import
+    stateengine."""
+    facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint,
+                         needs_times or any(getattr(d, "ttl", None) for d in states))
+    facts["ttl_time_ms"] = ttl_clock(states, batch_timestamp_ms, facts["batch_id"],
+                                     facts["processing_time"], facts["query_checkpoint"],
+                                     facts["time_zone"])
+    return config_from_facts(df, key, states, checkpoint, out, facts,
+                             num_partitions=num_partitions, max_parallelism=max_parallelism,
+                             operator_id=operator_id, **extra)
+
+
+def config_from_facts(df: DataFrame, key: str | Sequence[str],
+                      states: Sequence[StateDescriptor], checkpoint: str, out: T.StructType,
+                      facts: dict[str, Any], *, num_partitions: int | None,
+                      max_parallelism: int, operator_id: str, **extra: Any) -> TaskConfig:
+    """``task_config`` after the batch facts are settled (runners with their own rules for the
+    batch's times, such as StatefulProcessors' time modes, settle them first)."""
     names = [d.name for d in states]
     if len(set(names)) != len(names):
         raise ValueError(f"state names must be unique, got {names}")
@@ -111,9 +132,37 @@ def _config(df: DataFrame, key: str | Sequence[str], states: Sequence[StateDescr
     cfg = TaskConfig(
         checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id, num_partitions=n,
         max_parallelism=max_parallelism, key_cols=cols, key_codecs=key_codecs_for(df, cols),
-        descriptors=list(states), output_cols=out.names, **extra)
+        descriptors=list(states), output_cols=out.names, **facts, **extra)
     check_workers(df.sparkSession)
     return cfg
+
+
+def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
+                 body: Callable[[TaskState, Iterator[Any]], Iterator[pd.DataFrame]],
+                 grouped: bool) -> DataFrame:
+    """The Spark side that every runner of user code shares: ``df`` routed so that each of the
+    partitions runs one task per batch (empty ones included), and in each task
+    ``body(task, data)`` between loading version ``batch_id`` and committing ``batch_id + 1``
+    (``task.batch`` holds the batch id, watermark and timestamp). ``data`` yields ``(key,
+    rows)`` per key, in key-group order, when ``grouped``; else the partition's rows as one
+    frame (nothing when it has none). The result has the kind of ``df``: streaming or not."""
+    routed = route(df, cfg.key_cols, cfg.num_partitions, cfg.max_parallelism,
+                   every_partition=True)
+    spark_sorts = grouped and not df.isStreaming
+    if spark_sorts:  # keys arrive together, so a partition streams through with bounded memory
+        routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
+
+    def data(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[Any]:
+        if not grouped:
+            return _whole_partition(batches, cfg.key_cols, task.partition_id)
+        if not spark_sorts:
+            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
+        return _iter_groups(batches, cfg.key_cols, task.partition_id)
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        yield from guarded(cfg, lambda task: body(task, data(task, batches)))
+
+    return routed.mapInPandas(run, out)
 
 
 class _Output:
@@ -158,6 +207,15 @@ class _Output:
 def _data_rows(pdf: pd.DataFrame, partition_id: int) -> pd.DataFrame:
     pdf = partition_rows(pdf, partition_id)
     return pdf.drop(columns=[c for c in INTERNAL_COLS if c in pdf.columns])
+
+
+def _whole_partition(batches: Iterable[pd.DataFrame], cols: list[str],
+                     partition_id: int) -> Iterator[pd.DataFrame]:
+    parts = [p for p in (_data_rows(b, partition_id) for b in batches) if len(p)]
+    if parts:
+        rows = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        check_no_null_keys(rows, cols)
+        yield rows.reset_index(drop=True)
 
 
 def _sorted_by_key(batches: Iterable[pd.DataFrame], cols: list[str],
@@ -210,12 +268,12 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      operator_id: str = "default",
                      on_timer: Callable[[Any, Any, GroupContext], Any] | None = None,
                      watermark: Any = None, processing_time: Any = None,
-                     query_checkpoint: str | None = None,
                      min_versions_to_retain: int = 10, local_dir: str | None = None,
                      memory_budget_mb: int | None = None,
                      bottommost_bloom_filters: bool = False,
                      allow_pickle: bool = False,
-                     batch_timestamp_ms: Any = None) -> DataFrame:
+                     batch_timestamp_ms: Any = None,
+                     query_checkpoint: str | None = None) -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
@@ -246,28 +304,21 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     with ``query_checkpoint``); with neither, states with TTL raise TtlTimeNotSetError.
     """
     out = _schema(df, schema)
-    needs_times = on_timer is not None or any(getattr(d, "ttl", None) for d in states)
-    facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint, needs_times)
-    facts["ttl_time_ms"] = ttl_clock(states, batch_timestamp_ms, facts["batch_id"],
-                                     facts["processing_time"], facts["query_checkpoint"],
-                                     facts["time_zone"])
-    cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
-                  out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                  memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
-                  **facts)
-    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism, every_partition=True)
-    spark_sorts = not df.isStreaming
-    if spark_sorts:  # keys arrive together, so a partition streams through with bounded memory
-        routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
+    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
+                      num_partitions=num_partitions, max_parallelism=max_parallelism,
+                      operator_id=operator_id, query_checkpoint=query_checkpoint,
+                      watermark=watermark, processing_time=processing_time,
+                      needs_times=on_timer is not None,
+                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                      memory_budget_mb=memory_budget_mb,
+                      bottommost_bloom_filters=bottommost_bloom_filters,
+                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
-    def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
         ctx = GroupContext(task)
         backend = task.backend
         sink = _Output(cfg.output_cols)
-        if not spark_sorts:
-            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
-        for k, rows in _iter_groups(batches, cfg.key_cols, task.partition_id):
+        for k, rows in groups:
             backend.set_current_key(k)
             ctx.key = k
             yield from sink.add(func(k, rows, ctx))
@@ -284,10 +335,7 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                     yield from sink.add(on_timer(timer.key, timer, ctx))
         yield from sink.flush()
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        yield from guarded(cfg, lambda task: body(task, batches))
-
-    return routed.mapInPandas(run, out)
+    return run_stateful(df, cfg, out, body, grouped=True)
 
 
 def map_with_state(df: DataFrame, key: str | Sequence[str],
@@ -296,13 +344,13 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    checkpoint: str, batch_id: int | None = None,
                    num_partitions: int | None = None,
                    max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                   operator_id: str = "default", query_checkpoint: str | None = None,
-                   min_versions_to_retain: int = 10,
+                   operator_id: str = "default", min_versions_to_retain: int = 10,
                    local_dir: str | None = None,
                    memory_budget_mb: int | None = None,
                    bottommost_bloom_filters: bool = False,
                    allow_pickle: bool = False,
-                   batch_timestamp_ms: Any = None) -> DataFrame:
+                   batch_timestamp_ms: Any = None,
+                   query_checkpoint: str | None = None) -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
@@ -310,27 +358,18 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
     ``batch_timestamp_ms`` (the TTL clock) behave as in ``apply_with_state``; a partition
     without rows commits its version without calling ``func``."""
     out = _schema(df, schema)
-    needs_times = any(getattr(d, "ttl", None) for d in states)
-    facts = _batch_facts(df, batch_id, None, None, query_checkpoint, needs_times)
-    facts["ttl_time_ms"] = ttl_clock(states, batch_timestamp_ms, facts["batch_id"], None,
-                                     facts["query_checkpoint"], facts["time_zone"])
-    cfg = _config(df, key, states, checkpoint, num_partitions, max_parallelism, operator_id,
-                  out, min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                  memory_budget_mb=memory_budget_mb,
-                  bottommost_bloom_filters=bottommost_bloom_filters, allow_pickle=allow_pickle,
-                  **facts)
-    routed = route(df, cfg.key_cols, cfg.num_partitions, max_parallelism, every_partition=True)
+    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
+                      num_partitions=num_partitions, max_parallelism=max_parallelism,
+                      operator_id=operator_id, query_checkpoint=query_checkpoint,
+                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                      memory_budget_mb=memory_budget_mb,
+                      bottommost_bloom_filters=bottommost_bloom_filters,
+                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
-    def body(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        parts = [p for p in (_data_rows(b, task.partition_id) for b in batches) if len(p)]
+    def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         sink = _Output(cfg.output_cols)
-        if parts:
-            rows = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-            check_no_null_keys(rows, cfg.key_cols)
-            yield from sink.add(func(rows.reset_index(drop=True), BatchContext(task)))
+        for rows in partition:
+            yield from sink.add(func(rows, BatchContext(task)))
         yield from sink.flush()
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        yield from guarded(cfg, lambda task: body(task, batches))
-
-    return routed.mapInPandas(run, out)
+    return run_stateful(df, cfg, out, body, grouped=False)

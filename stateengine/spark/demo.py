@@ -1,19 +1,21 @@
 """The main job: a Structured Streaming query with keyed state, timers and checkpoints.
 
-A ``rate`` source produces purchase events for many users; users are active in bursts. For
-every micro-batch, ``foreachBatch`` runs ``apply_with_state`` which keeps, per user, running
-totals (ValueState, native ReducingState SUM) and the open session (ValueState); an event-time
-timer closes a session once the watermark passes its last event plus the gap, and the closed
-session is emitted. Outputs go to Parquet, one directory per batch (rewritten if a batch is
-replayed). Stop it and start it again with the same ``--checkpoint``: the query resumes from
-its offsets and the state from the last committed version.
+A ``rate`` source produces purchase events for many users; users are active in bursts. The
+stateful step is part of the query: ``apply_with_state`` on the streaming DataFrame keeps, per
+user, running totals (ValueState, native ReducingState SUM) and the open session (ValueState);
+an event-time timer closes a session once Spark's watermark (``withWatermark``, read by each
+task from the query's offset log) passes its last event plus the gap, and the closed session
+is emitted. The sink writes each micro-batch's output to Parquet, one directory per batch
+(rewritten if a batch is replayed), and prints a line. Stop it and start it again with the same
+``--checkpoint``: the query resumes from its offsets and the state from the last committed
+version.
 
     python -m stateengine.spark.demo --batches 8
     python -m stateengine.spark.demo --local-s3     # state on a local S3 server (moto)
 
 ``--checkpoint`` may be an ``s3://bucket/path`` URI (credentials and endpoint from the usual
-AWS variables): the keyed state and the watermarks go there, while Spark's own stream
-checkpoint and the Parquet outputs stay in ``--work-dir`` (pip's pyspark has no S3 connector).
+AWS variables): the keyed state goes there, while Spark's own stream checkpoint and the Parquet
+outputs stay in ``--work-dir`` (pip's pyspark has no S3 connector).
 ``--local-s3`` starts moto's S3 server on 127.0.0.1 for the run and puts the checkpoint at
 ``s3://stateengine/demo``; the server keeps objects in memory, so each such run starts afresh.
 """
@@ -21,7 +23,6 @@ checkpoint and the Parquet outputs stay in ``--work-dir`` (pip's pyspark has no 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -29,10 +30,12 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from .. import ReducingStateDescriptor, ValueStateDescriptor, reducers
 from ..checkpoint.storage import CheckpointStorage
 
-OUTPUT_SCHEMA = ("kind string, user long, events long, amount double, "
+OUTPUT_SCHEMA = ("kind string, user long, batch_events long, events long, amount double, "
                  "session_start long, session_end long, session_events long")
 
 STATES = [
@@ -49,22 +52,36 @@ def make_functions(gap_ms: int):
         events = ctx.state("events")
         amount = ctx.state("amount")
         session = ctx.state("session")
-        times = rows["event_ms"].to_numpy()
+        times = np.sort(rows["event_ms"].to_numpy())
         events.update(events.value() + len(rows))
         amount.add(float(rows["amount"].sum()))
-        start, last, n = session.value() or (int(times.min()), int(times.min()), 0)
+        out = [("update", user, len(rows), events.value(), round(amount.get(), 2), None, None,
+                None)]
+        # A micro-batch may hold the end of one burst and the start of the next: every gap
+        # longer than gap_ms inside it (or since the open session's last event) ends a session.
+        cuts = np.flatnonzero(np.diff(times) > gap_ms) + 1
+        runs = np.split(times, cuts)
+        start, last, n = session.value() or (int(times[0]), int(times[0]), 0)
         if n:
             ctx.timers.delete_event_time_timer(last + gap_ms)
-        last = max(last, int(times.max()))
-        session.update((start, last, n + len(rows)))
-        ctx.timers.register_event_time_timer(last + gap_ms)
-        return [("update", user, events.value(), round(amount.get(), 2), None, None, None)]
+            if int(runs[0][0]) > last + gap_ms:  # the open session ended before these rows
+                out.append(("session", user, None, None, None, start, last, n))
+                start, n = int(runs[0][0]), 0
+        for run in runs[:-1]:
+            out.append(("session", user, None, None, None, start, int(run[-1]), n + len(run)))
+            start, n = None, 0
+        tail = runs[-1]
+        start = int(tail[0]) if start is None else start
+        last = int(tail[-1])
+        session.update((start, last, n + len(tail)))
+        ctx.timers.register_event_time_timer(last + gap_ms)  # closes it if no event comes
+        return out
 
     def on_timer(user: int, timer: Any, ctx: Any) -> list[tuple]:
         session = ctx.state("session")
         start, last, n = session.value()
         session.clear()
-        return [("session", user, None, None, start, last, n)]
+        return [("session", user, None, None, None, start, last, n)]
 
     return on_events, on_timer
 
@@ -96,21 +113,6 @@ def _join(uri: str, sub: str) -> str:
     return f"{base.rstrip('/')}/{sub}" + (f"?{query}" if query else "")
 
 
-def _load_watermark(storage: CheckpointStorage, batch_id: int) -> int | None:
-    """The event-time high mark after batch_id - 1 (None before any data)."""
-    done = sorted(int(i.base_name[:-5]) for i in storage.list_dir("watermarks")
-                  if i.base_name.endswith(".json") and i.base_name[:-5].isdigit())
-    earlier = [b for b in done if b < batch_id]
-    if not earlier:
-        return None
-    return json.loads(storage.read_bytes(f"watermarks/{earlier[-1]}.json"))["max_event_ms"]
-
-
-def _save_watermark(storage: CheckpointStorage, batch_id: int, max_event_ms: int | None) -> None:
-    storage.write_atomic(f"watermarks/{batch_id}.json",
-                         json.dumps({"max_event_ms": max_event_ms}).encode())
-
-
 def _quiet_intentional_stop(spark: Any) -> None:
     """The query ends by raising StopDemo; Spark would log that as an error with a stack trace.
     Real failures still reach us through awaitTermination. (The demo's own classic session
@@ -123,11 +125,15 @@ def _quiet_intentional_stop(spark: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The demo's own session: its Python workers run this interpreter (which has stateengine)
+    # unless the environment chose one.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, never a public address
     import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from . import apply_with_state, mark_batch_committed, read_state
+    from . import apply_with_state, batch_times, mark_batch_committed, read_state
 
     remote = "://" in args.checkpoint and not args.checkpoint.startswith("file://")
     checkpoint = args.checkpoint if remote else os.path.abspath(args.checkpoint)
@@ -136,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
         args.work_dir or (tempfile.mkdtemp(prefix="stateengine-demo-") if args.local_s3
                           else "demo-work"))
     storage = CheckpointStorage(checkpoint)
-    state_uri = _join(checkpoint, "state") if remote else os.path.join(checkpoint, "state")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, never a public address
+    state_dir = _join(checkpoint, "state") if remote else os.path.join(checkpoint, "state")
+    query_dir = os.path.join(work, "stream")
     spark = (SparkSession.builder.master(args.master).appName("stateengine-demo")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
@@ -158,39 +164,35 @@ def run(args: argparse.Namespace) -> int:
               # users are active in bursts: 6 s on, 12 s off, shifted per user
               .where(((F.col("event_ms") / 6000).cast("long") + F.col("user")) % 3 == 0)
               .withColumn("amount", (F.col("value") * 7919 % 1000) / 10.0)
-              .select("user", "event_ms", "amount"))
+              .select("user", "event_ms", "amount", "timestamp")
+              .withWatermark("timestamp", f"{args.lateness_ms} milliseconds"))
+    # The stateful step inside the query: a streaming DataFrame in, a streaming DataFrame out.
+    sessions = apply_with_state(events, "user", on_events, OUTPUT_SCHEMA, STATES,
+                                checkpoint=state_dir, num_partitions=args.partitions,
+                                on_timer=on_timer, operator_id="sessions",
+                                query_checkpoint=query_dir)
 
-    def per_batch(batch_df: Any, batch_id: int) -> None:
+    def write_batch(batch_df: Any, batch_id: int) -> None:
         if len(processed) >= args.batches:
-            # Ends the query before this batch touches any state; Spark has not committed the
-            # batch, so the next run replays it: nothing is lost or counted twice.
+            # Ends the query before this batch's stateful step runs (it is lazy); Spark has not
+            # committed the batch, so the next run replays it: nothing is lost or counted twice.
             raise StopDemo(f"stopping before batch {batch_id} after {args.batches} batches")
         t0 = time.time()
-        batch_df = batch_df.persist()
-        stats = batch_df.agg(F.count("*").alias("n"), F.max("event_ms").alias("mx")).first()
-        previous = _load_watermark(storage, batch_id)
-        high = max(x for x in (previous, stats["mx"]) if x is not None) if (
-            previous is not None or stats["mx"] is not None) else None
-        watermark = None if high is None else high - args.lateness_ms
-        out = apply_with_state(
-            batch_df, "user", on_events, OUTPUT_SCHEMA, STATES,
-            checkpoint=state_uri, batch_id=batch_id,
-            num_partitions=args.partitions, on_timer=on_timer, watermark=watermark,
-            operator_id="sessions")
         target = os.path.join(work, "output", f"batch={batch_id}")
-        out.write.mode("overwrite").parquet(target)
+        batch_df.write.mode("overwrite").parquet(target)  # runs the stateful step once
         # the batch's own session: nothing in the query path needs the driver's SparkContext
-        written = batch_df.sparkSession.read.parquet(target).groupBy("kind").count().collect()
-        counts = {r["kind"]: r["count"] for r in written}
-        mark_batch_committed(state_uri, batch_id, args.partitions, "sessions")
-        _save_watermark(storage, batch_id, high)
-        batch_df.unpersist()
-        progress.line(batch_id, stats["n"], time.time() - t0, counts.get("update", 0),
-                      counts.get("session", 0), watermark, args.partitions)
+        written = (batch_df.sparkSession.read.parquet(target).groupBy("kind")
+                   .agg(F.count("*").alias("n"), F.sum("batch_events").alias("events")).collect())
+        counts = {r["kind"]: (r["n"], r["events"] or 0) for r in written}
+        mark_batch_committed(state_dir, batch_id, args.partitions, "sessions")
+        watermark, _ = batch_times(query_dir, batch_id)
+        progress.line(batch_id, counts.get("update", (0, 0))[1], time.time() - t0,
+                      counts.get("update", (0, 0))[0], counts.get("session", (0, 0))[0],
+                      watermark or None, args.partitions)
         processed.append(batch_id)
 
-    query = (events.writeStream.foreachBatch(per_batch)
-             .option("checkpointLocation", os.path.join(work, "stream"))
+    query = (sessions.writeStream.foreachBatch(write_batch)
+             .option("checkpointLocation", query_dir)
              .trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
     print(f"stateengine demo: {args.rows_per_second} events/s over {args.users} users, "
           f"{args.partitions} partitions, checkpoint {storage.location}"
@@ -203,14 +205,14 @@ def run(args: argparse.Namespace) -> int:
             return 1
     finally:
         query.stop()
-    sessions = spark.read.parquet(os.path.join(work, "output")).where("kind = 'session'")
-    top = (read_state(spark, state_uri, "events", operator_id="sessions",
-                      key_names=["user"])
+    sessions_closed = spark.read.parquet(os.path.join(work, "output")) \
+        .where("kind = 'session'")
+    top = (read_state(spark, state_dir, "events", operator_id="sessions", key_names=["user"])
            .orderBy(F.col("value").desc()).limit(3).collect())
     print(f"done: {len(processed)} batches this run (batch ids {processed[0] if processed else '-'}"
           f"..{processed[-1] if processed else '-'}), {progress.rows} rows in "
-          f"{time.time() - progress.started:.1f}s; {sessions.count()} sessions closed so far; "
-          f"busiest users: " + ", ".join(f"{r['user']} ({r['value']} events)" for r in top),
+          f"{time.time() - progress.started:.1f}s; {sessions_closed.count()} sessions closed so "
+          f"far; busiest users: " + ", ".join(f"{r['user']} ({r['value']} events)" for r in top),
           flush=True)
     if remote:
         objects = storage.fs.get_file_info(pafs.FileSelector(storage.root, recursive=True))

@@ -41,7 +41,7 @@ from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
 from ..errors import KeyTypeError, ProcessorUsageError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
-from .apply import _batch_facts, _config, _iter_groups, _schema, _sorted_by_key
+from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, check_no_null_keys, \
     key_codecs_for, key_columns, partition_rows, quote, route
 from .runtime import TaskState, guarded
@@ -282,9 +282,11 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
                              "(int ms or a datetime; 0 before the query has one)")
         if mode == "ProcessingTime" and facts["processing_time"] is None:
             facts["processing_time"] = int(time.time() * 1000)
-    cfg = _config(df, cols, plan.descriptors(), checkpoint, num_partitions, max_parallelism,
-                  operator_id, out, min_versions_to_retain=min_versions_to_retain,
-                  local_dir=local_dir, memory_budget_mb=memory_budget_mb, **facts)
+    facts["ttl_time_ms"] = None  # Spark's TTL runs on each batch's processing time
+    cfg = config_from_facts(df, cols, plan.descriptors(), checkpoint, out, facts,
+                            num_partitions=num_partitions, max_parallelism=max_parallelism,
+                            operator_id=operator_id, min_versions_to_retain=min_versions_to_retain,
+                            local_dir=local_dir, memory_budget_mb=memory_budget_mb)
     event_col = _event_time_column(df, event_time_column) if mode == "EventTime" else None
     source = _with_event_time(df, event_col) if event_col else df
     staged = None
