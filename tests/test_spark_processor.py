@@ -13,10 +13,16 @@ import pytest
 
 from stateengine.spark import bootstrap_state, state_descriptors, transform_with_state, \
     transform_with_state_in_pandas
-from tests import tws_processors as P
-from tests.tws_compare import assert_same, run_spark, run_stateengine, sort_rows
 
 pytestmark = pytest.mark.spark
+
+# transformWithState and StatefulProcessor exist from pyspark 4.0 on (before it, see
+# test_spark_processor_refused.py)
+pytest.importorskip("pyspark.sql.streaming.stateful_processor",
+                    reason="Spark's transformWithState needs pyspark >= 4.0")
+
+from tests import tws_processors as P  # noqa: E402
+from tests.tws_compare import assert_same, run_spark, run_stateengine, sort_rows  # noqa: E402
 
 T0 = 1_700_000_000_000
 

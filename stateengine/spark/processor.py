@@ -159,9 +159,9 @@ def state_descriptors(processor: Any, spark: Any, time_mode: str = "None") -> di
     """The stateengine descriptors of the states the processor's ``init()`` declares, as
     ``transform_with_state`` registers them: for ``read_state`` (the schema's fields as
     columns) and ``bootstrap_state`` (moving a Spark query's state over)."""
+    _check_processor(processor)  # first: before pyspark 4.0 the handle cannot be imported
     from .processor_handle import time_mode_name
 
-    _check_processor(processor)
     plan = _plan(processor, spark, time_mode_name(time_mode))
     return {name: decl.descriptor() for name, decl in plan.decls.items()}
 
@@ -264,9 +264,9 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
                event_time_column: str | None, num_partitions: int | None,
                max_parallelism: int, operator_id: str, min_versions_to_retain: int,
                local_dir: str | None, memory_budget_mb: int | None) -> DataFrame:
+    _check_processor(processor)  # first: before pyspark 4.0 the handle cannot be imported
     from .processor_handle import time_mode_name
 
-    _check_processor(processor)
     mode = time_mode_name(time_mode)
     if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be Append or Update (transformWithState supports "
