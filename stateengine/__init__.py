@@ -18,9 +18,9 @@ from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapSt
 from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointNotFoundError,
                      CorruptionError, IllegalStoreStateError, IncompatibleStateError,
                      KeyGroupOutOfRangeError, KeyTypeError, MixedTypesError, NoCurrentKeyError,
-                     NullElementError, PickleNotAllowedError, SerializationError,
-                     StateEngineError, StateRegistrationError, StorageError, TtlTimeNotSetError,
-                     UnknownStateError)
+                     NullElementError, OutputSchemaError, PickleNotAllowedError,
+                     SerializationError, StateEngineError, StateRegistrationError, StorageError,
+                     TtlTimeNotSetError, UnknownStateError, UserFunctionError)
 from .functions import AggregateFunction
 from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
@@ -44,11 +44,11 @@ __all__ = [
     "KeyGroupRange", "KeyTypeError",
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
     "MixedTypesError",
-    "NoCurrentKeyError", "NullElementError", "PickleNotAllowedError", "ReducingState",
-    "ReducingStateDescriptor", "SerializationError", "SortedMapState",
+    "NoCurrentKeyError", "NullElementError", "OutputSchemaError", "PickleNotAllowedError",
+    "ReducingState", "ReducingStateDescriptor", "SerializationError", "SortedMapState",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
     "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
-    "TtlTimeNotSetError", "UnknownStateError", "UpdateType", "ValueState",
+    "TtlTimeNotSetError", "UnknownStateError", "UserFunctionError", "UpdateType", "ValueState",
     "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
     "configure_memory", "key_group_prefix_bytes", "load_handle", "memory_usage",
     "operator_for_key_group", "reducers", "spark_hash",

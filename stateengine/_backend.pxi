@@ -490,6 +490,19 @@ cdef class NativeBackend:
         return (pk.key_group, decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len),
                 raw[pk.ns_off:pk.ns_off + pk.ns_len], raw[pk.user_key_off:])
 
+    def _parse_timer_key(self, bytes raw):
+        """(key group, timestamp, key, namespace bytes) of a raw timer key (``dump --timers``)."""
+        cdef CParsedKey pk
+        cdef int64_t ts = 0
+        cdef const char* p = PyBytes_AS_STRING(raw)
+        if not self._has_schema:
+            raise _NoCurrentKeyError("the backend has no key type yet")
+        if not CParseTimerKey(p, <size_t>len(raw), self._prefix_bytes, self._schema, &ts, &pk):
+            raise _CorruptionError(f"stored timer key {raw[:40]!r} does not fit the timer layout")
+        return (pk.key_group, ts,
+                decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len),
+                raw[pk.ns_off:pk.ns_off + pk.ns_len])
+
     def _native_iter_keys(self, int cf, int ns_codec, bytes ns, bint has_user_key):
         """Each key that has an entry in namespace ns, once, in storage order, as the state
         is at this call (writes during the iteration are not seen)."""

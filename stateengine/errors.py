@@ -106,3 +106,36 @@ class ProcessorUsageError(StateEngineError, RuntimeError):
     """A Spark StatefulProcessor used its handle in a way transformWithState refuses too:
     timers in time mode None, TTL outside ProcessingTime, state access without a grouping key,
     null values, a state its init() did not declare on the driver."""
+
+
+class UserFunctionError(StateEngineError, RuntimeError):
+    """A user function (``apply_with_state``/``map_with_state`` function, ``on_timer``, a
+    StatefulProcessor method) raised. The first line names the function, the original
+    exception and where it ran (operator, key, batch, partition); the rest of the message is
+    the function's own traceback, as text, because Spark shows the worker's exception without
+    its ``__cause__``. Nothing of the failed batch is committed."""
+
+    def __init__(self, message: str, *, function: str | None = None,
+                 operator: str | None = None, key: object = None,
+                 batch_id: int | None = None, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.function = function
+        self.operator = operator
+        self.key = key
+        self.batch_id = batch_id
+        self.partition = partition
+
+    def __reduce__(self) -> tuple:  # keyword attributes survive pickling
+        return (_rebuild_user_error, (self.args[0] if self.args else "", self.__dict__.copy()))
+
+
+def _rebuild_user_error(message: str, attrs: dict) -> UserFunctionError:
+    err = UserFunctionError(message)
+    err.__dict__.update(attrs)
+    return err
+
+
+class OutputSchemaError(StateEngineError, ValueError, TypeError):
+    """What a user function returned does not fit the declared output schema (column count,
+    column names, or a type that cannot hold the schema's type). The message names the
+    expected schema and what was received."""

@@ -18,6 +18,9 @@ offset log (``batch.py``). Every partition runs a task in every batch, empty one
 each commits its version and fires the timers that came due (``routing.with_every_partition``).
 
 Functions may return a pandas DataFrame, a list of row tuples (in schema order), or None.
+An exception they raise reaches the driver as ``UserFunctionError`` naming the function, the
+operator, the key, the batch and the partition (``user_errors.py``); a result that does not fit
+the schema as ``OutputSchemaError`` (``output_schema.py``).
 """
 
 from __future__ import annotations
@@ -34,13 +37,16 @@ from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
 from ..descriptors import StateDescriptor, check_no_pickle
+from ..errors import OutputSchemaError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from ..times import to_millis
 from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
+from .output_schema import check_frame, check_rows, rows_error
 from .runtime import TaskConfig, TaskState, guarded, ttl_clock
+from .user_errors import NO_KEY as _NO_KEY, lazy_result
 from .workers import check_workers
 
 _FLUSH_ROWS = 16_384
@@ -167,10 +173,12 @@ def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
 
 class _Output:
     """Collects function results and hands them to Spark in large frames (one Arrow
-    conversion per ~16k rows instead of one per key)."""
+    conversion per ~16k rows instead of one per key). Each result object is checked against
+    the output schema (output_schema.py)."""
 
-    def __init__(self, columns: list[str]) -> None:
-        self.columns = columns
+    def __init__(self, schema: T.StructType) -> None:
+        self.schema = schema
+        self.columns = schema.names
         self.frames: list[pd.DataFrame] = []
         self.rows: list[tuple] = []
         self.count = 0
@@ -179,10 +187,12 @@ class _Output:
         if result is None:
             return
         if isinstance(result, pd.DataFrame):
+            check_frame(result, self.schema)
             if len(result):
                 self.frames.append(result)
                 self.count += len(result)
         elif isinstance(result, list):
+            check_rows(result, self.schema)
             self.rows.extend(result)
             self.count += len(result)
         elif isinstance(result, Iterable):
@@ -190,15 +200,19 @@ class _Output:
                 yield from self.add(part)
             return
         else:
-            raise TypeError(f"stateful functions return a pandas DataFrame, a list of row tuples "
-                            f"or None, not {type(result).__name__}")
+            raise OutputSchemaError(
+                f"stateful functions return a pandas DataFrame, a list of row tuples or None "
+                f"(of {self.schema.simpleString()}), not {type(result).__name__}")
         if self.count >= _FLUSH_ROWS:
             yield from self.flush()
 
     def flush(self) -> Iterator[pd.DataFrame]:
         parts = list(self.frames)
         if self.rows:
-            parts.append(pd.DataFrame.from_records(self.rows, columns=self.columns))
+            try:
+                parts.append(pd.DataFrame.from_records(self.rows, columns=self.columns))
+            except (ValueError, TypeError) as e:  # a later row of another length
+                raise rows_error(e, self.schema) from None
         self.frames, self.rows, self.count = [], [], 0
         if parts:
             yield parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
@@ -317,11 +331,21 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
         ctx = GroupContext(task)
         backend = task.backend
-        sink = _Output(cfg.output_cols)
+        site = task.site
+        sink = _Output(out)
         for k, rows in groups:
             backend.set_current_key(k)
             ctx.key = k
-            yield from sink.add(func(k, rows, ctx))
+            try:  # per call of func, never per row (user_errors.py)
+                result = func(k, rows, ctx)
+            except Exception as e:
+                raise site.error(func, e, k) from e
+            if lazy_result(result):
+                result = site.iterate(func, k, result)
+            try:
+                yield from sink.add(result)
+            except OutputSchemaError as e:
+                raise site.output_error(func, e, k) from None
         if on_timer is not None:
             timers = backend.timer_service
             due = []
@@ -332,8 +356,20 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
             for fired in due:
                 for timer in fired:
                     ctx.key = timer.key
-                    yield from sink.add(on_timer(timer.key, timer, ctx))
-        yield from sink.flush()
+                    try:
+                        result = on_timer(timer.key, timer, ctx)
+                    except Exception as e:
+                        raise site.error(on_timer, e, timer.key) from e
+                    if lazy_result(result):
+                        result = site.iterate(on_timer, timer.key, result)
+                    try:
+                        yield from sink.add(result)
+                    except OutputSchemaError as e:
+                        raise site.output_error(on_timer, e, timer.key) from None
+        try:
+            yield from sink.flush()
+        except OutputSchemaError as e:
+            raise site.output_error(func, e) from None
 
     return run_stateful(df, cfg, out, body, grouped=True)
 
@@ -367,9 +403,22 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                       allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
     def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        sink = _Output(cfg.output_cols)
+        site = task.site
+        sink = _Output(out)
         for rows in partition:
-            yield from sink.add(func(rows, BatchContext(task)))
-        yield from sink.flush()
+            try:
+                result = func(rows, BatchContext(task))
+            except Exception as e:
+                raise site.error(func, e) from e
+            if lazy_result(result):
+                result = site.iterate(func, _NO_KEY, result)
+            try:
+                yield from sink.add(result)
+            except OutputSchemaError as e:
+                raise site.output_error(func, e) from None
+        try:
+            yield from sink.flush()
+        except OutputSchemaError as e:
+            raise site.output_error(func, e) from None
 
     return run_stateful(df, cfg, out, body, grouped=False)

@@ -21,6 +21,10 @@ transformWithState"):
    deleted after its handler, and timers registered meanwhile fire in a later batch;
 5. ``close()``.
 
+An exception raised in any of these methods reaches the driver as ``UserFunctionError``
+naming the method, the operator, the key, the batch and the partition (``user_errors.py``);
+output that does not fit ``output_schema`` as ``OutputSchemaError``.
+
 On the driver, ``init`` runs once on a copy of the processor with a handle that records the
 states it declares (as Spark's driver does), so DDL schemas are parsed by the session and
 mistakes (TTL outside ProcessingTime, timers in init) are reported before any task runs.
@@ -39,12 +43,14 @@ from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
-from ..errors import KeyTypeError, ProcessorUsageError
+from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
-from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, check_no_null_keys, \
-    key_codecs_for, key_columns, partition_rows, quote, route
+from .output_schema import check_frame, check_rows, rows_error
+from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for, key_columns, \
+    quote, route
 from .runtime import TaskState, guarded
+from .user_errors import NO_KEY
 
 OUTPUT_MODES = ("append", "update")
 EVENT_COL = "__se_event_us"  # the event time in microseconds, for dropping late rows
@@ -410,17 +416,23 @@ class _Job:
             batches = _sorted_by_key(batches, self.cols, task.partition_id)
         data = (run.without_late_rows(b) for b in batches)
         ranges: dict[int, pd.RangeIndex] = {}  # index objects are immutable: share them
-        for key, rows in _iter_groups(data, self.cols, task.partition_id):
-            n = len(rows)
-            index = ranges.get(n)
-            if index is None:
-                index = ranges[n] = pd.RangeIndex(n)
-            rows.index = index  # 0..n-1, as Spark's frames are
-            yield from sink.add(run.input_rows(key, (rows,)))
-        for result in run.expired_timers():
-            yield from sink.add(result)
+        key: Any = NO_KEY
+        try:  # around the loop, not per key: naming the key costs nothing until it fails
+            for key, rows in _iter_groups(data, self.cols, task.partition_id):
+                n = len(rows)
+                index = ranges.get(n)
+                if index is None:
+                    index = ranges[n] = pd.RangeIndex(n)
+                rows.index = index  # 0..n-1, as Spark's frames are
+                yield from sink.add(run.input_rows(key, (rows,)))
+        except OutputSchemaError as e:
+            raise run.output_error("handleInputRows", e, key) from None
+        yield from run.emit_expired_timers(sink)
         run.finish()
-        yield from sink.flush()
+        try:
+            yield from sink.flush()
+        except OutputSchemaError as e:
+            raise run.output_error("handleInputRows", e) from None
 
     def run_rows(self, task: TaskState, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -444,12 +456,18 @@ class _Job:
                                       [(c, "ascending") for c in self.cols])
             table = run.without_late_arrow(table)
             table = table.select([n for n in table.column_names if n not in _ALL_INTERNAL])
-            for key, rows in _row_groups(table, self.cols):
-                yield from sink.add(run.input_rows(key, iter(rows)))
-        for result in run.expired_timers():
-            yield from sink.add(result)
+            key: Any = NO_KEY
+            try:
+                for key, rows in _row_groups(table, self.cols):
+                    yield from sink.add(run.input_rows(key, iter(rows)))
+            except OutputSchemaError as e:
+                raise run.output_error("handleInputRows", e, key) from None
+        yield from run.emit_expired_timers(sink)
         run.finish()
-        yield from sink.flush()
+        try:
+            yield from sink.flush()
+        except OutputSchemaError as e:
+            raise run.output_error("handleInputRows", e) from None
 
 
 _ALL_INTERNAL = (*INTERNAL_COLS, MARKER_COL, EVENT_COL)
@@ -471,6 +489,7 @@ class _TaskRun:
         self.rt = ProcessorRuntime(task.backend, mode, job.plan.schemas, job.cols,
                                    task.cfg.time_zone)
         self.processor = job.processor
+        self.site = task.site
         self.single = len(job.cols) == 1
         self.key_row = Row(*job.cols)
         if mode == "None":
@@ -492,7 +511,21 @@ class _TaskRun:
             previous = [w for w in self.watermark_state.get() if w is not None]
             if previous and job.late_rows:
                 self.late_before_us = max(previous) * 1000
-        self.processor.init(ProcessorHandle(self.rt))
+        self._call("init", NO_KEY, False, ProcessorHandle(self.rt))
+
+    def _call(self, method: str, key: Any, results: bool, *args: Any, **kwargs: Any) -> Any:
+        """processor.method(*args, **kwargs), its exception a UserFunctionError (per call,
+        user_errors.py); with ``results`` what it yields is taken now, inside the same guard
+        (init, close and handleInitialState return nothing Spark reads)."""
+        fn = getattr(self.processor, method)
+        try:
+            out = fn(*args, **kwargs)
+            return _consume(out) if results else None
+        except Exception as e:
+            raise self.site.error(fn, e, key) from e
+
+    def output_error(self, method: str, exc: OutputSchemaError, key: Any = NO_KEY) -> Exception:
+        return self.site.output_error(getattr(self.processor, method), exc, key)
 
     def _key_tuple(self, key: Any) -> tuple:
         return (key,) if self.single else key
@@ -507,11 +540,11 @@ class _TaskRun:
 
     def initial_pandas(self, key: Any, rows: pd.DataFrame) -> None:
         self.rt.set_key(key)
-        self.processor.handleInitialState(self._key_tuple(key), rows, self.timer_values)
+        self._call("handleInitialState", key, False, self._key_tuple(key), rows, self.timer_values)
 
     def initial_row(self, key: Any, row: Any) -> None:
         self.rt.set_key(key)
-        self.processor.handleInitialState(self._key_tuple(key), row, self.timer_values)
+        self._call("handleInitialState", key, False, self._key_tuple(key), row, self.timer_values)
 
     def without_late_rows(self, pdf: pd.DataFrame) -> pd.DataFrame:
         if EVENT_COL not in pdf.columns:
@@ -529,12 +562,12 @@ class _TaskRun:
 
     def input_rows(self, key: Any, rows: Iterable[Any]) -> Any:
         self.rt.set_key(key)
-        return self.processor.handleInputRows(self._key_tuple(key), iter(rows),
-                                              self.timer_values)
+        return self._call("handleInputRows", key, True, self._key_tuple(key), iter(rows),
+                          self.timer_values)
 
     def expired_timers(self) -> Iterator[Any]:
-        """The results of handleExpiredTimer for every timer due now (keyword arguments, as
-        Spark passes them)."""
+        """(key, results of handleExpiredTimer) for every timer due now (keyword arguments,
+        as Spark passes them)."""
         from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
 
         if self.timer_time is None:
@@ -543,14 +576,23 @@ class _TaskRun:
         for key, ts in rt.due_timers(self.timer_time):
             rt.set_key(key)
             key_row = self.key_row(*self._key_tuple(key))
-            yield _consume(self.processor.handleExpiredTimer(
-                key=key_row, timerValues=self.timer_values,
-                expiredTimerInfo=ExpiredTimerInfo(ts)))
+            yield key, self._call("handleExpiredTimer", key, True, key=key_row,
+                                  timerValues=self.timer_values,
+                                  expiredTimerInfo=ExpiredTimerInfo(ts))
             rt.timer_fired(ts)
+
+    def emit_expired_timers(self, sink: Any) -> Iterator[Any]:
+        """The sink's output for the results of every due timer."""
+        key: Any = NO_KEY
+        try:
+            for key, result in self.expired_timers():
+                yield from sink.add(result)
+        except OutputSchemaError as e:
+            raise self.output_error("handleExpiredTimer", e, key) from None
 
     def finish(self) -> None:
         self.rt.keyed = False
-        self.processor.close()
+        self._call("close", NO_KEY, False)
         if self.watermark_state is not None:
             self.watermark_state.update([self.timer_time])
 
@@ -560,6 +602,8 @@ def _consume(result: Any) -> list:
     generators, which run only when iterated)."""
     if result is None:
         return []
+    if isinstance(result, list):
+        return result
     if isinstance(result, pd.DataFrame):
         return [result]
     return list(result)
@@ -633,6 +677,7 @@ class _FrameSink:
     the order the handlers yielded them in."""
 
     def __init__(self, schema: T.StructType) -> None:
+        self.schema = schema
         self.names = list(schema.names)
         self.parts: list[pd.DataFrame] = []
         self.columns: tuple | None = None  # the column labels of the frames in `arrays`
@@ -644,9 +689,11 @@ class _FrameSink:
             if frame is None:
                 continue
             if not isinstance(frame, pd.DataFrame):
-                raise TypeError(f"handlers of transform_with_state_in_pandas yield pandas "
-                                f"DataFrames (as Spark's transformWithStateInPandas), got "
-                                f"{type(frame).__name__}")
+                raise OutputSchemaError(
+                    f"handlers of transform_with_state_in_pandas yield pandas DataFrames (as "
+                    f"Spark's transformWithStateInPandas) of {self.schema.simpleString()}, "
+                    f"got {type(frame).__name__}")
+            check_frame(frame, self.schema)
             n = len(frame)
             if not n:
                 continue
@@ -697,18 +744,26 @@ def _column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
 
 
 class _RowSink:
-    """Collects the Rows handlers yield and hands them to Spark as Arrow batches."""
+    """Collects the Rows handlers yield and hands them to Spark as Arrow batches. The first
+    row of each handler's results is checked against the schema (output_schema.py)."""
 
     def __init__(self, schema: T.StructType) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        self.schema = schema
         self.names = schema.names
-        self.arrow_schema = to_arrow_schema(schema)
+        try:  # pyspark >= 4 requires a zone for TimestampType (Arrow timestamps are UTC)
+            self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        except TypeError:  # older signature, without the zone
+            self.arrow_schema = to_arrow_schema(schema)
         self.rows: list[dict] = []
 
     def add(self, result: Any) -> Iterator[Any]:
         names = self.names
-        for row in _consume(result):
+        results = _consume(result)
+        if results:
+            check_rows(results, self.schema)
+        for row in results:
             if hasattr(row, "__fields__"):
                 self.rows.append(row.asDict(True))
             elif isinstance(row, dict):
@@ -716,8 +771,10 @@ class _RowSink:
             elif isinstance(row, (tuple, list)):
                 self.rows.append(dict(zip(names, row)))
             else:
-                raise TypeError(f"handlers of transform_with_state yield Rows (as Spark's "
-                                f"transformWithState), got {type(row).__name__}")
+                raise OutputSchemaError(
+                    f"handlers of transform_with_state yield Rows (as Spark's "
+                    f"transformWithState) of {self.schema.simpleString()}, got "
+                    f"{type(row).__name__}")
         if len(self.rows) >= _FLUSH_ROWS:
             yield from self.flush()
 
@@ -726,4 +783,8 @@ class _RowSink:
 
         rows, self.rows = self.rows, []
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=self.arrow_schema)
+            try:
+                batch = pa.RecordBatch.from_pylist(rows, schema=self.arrow_schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+                raise rows_error(e, self.schema) from None
+            yield batch

@@ -23,6 +23,7 @@ from ..errors import TtlTimeNotSetError
 from ..store import StateStore, StateStoreProvider
 from ..times import to_millis
 from .batch import BatchInfo, resolve_batch
+from .user_errors import CallSite
 
 _MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
 _cache: "OrderedDict[tuple, StateStoreProvider]" = OrderedDict()
@@ -152,6 +153,8 @@ class TaskState:
         self.cfg = cfg
         self.partition_id, self.attempt = partition or current_partition()
         self.batch: BatchInfo = resolve_batch(cfg)
+        # Named in the errors of user code this task runs (user_errors.py).
+        self.site = CallSite(cfg.operator_id, self.batch.batch_id, self.partition_id)
         self.provider = provider_for(cfg, self.partition_id)
         try:
             self.store: StateStore = self.provider.get_store(self.batch.batch_id)

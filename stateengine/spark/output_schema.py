@@ -1,0 +1,114 @@
+"""Checks that what a user function returned fits the declared output schema.
+
+Without them a wrong shape surfaces deep in pandas or Arrow ("2 columns passed, passed data
+had 1 columns"). The checks look at each result object, never at each row:
+
+- a pandas DataFrame: its column names when they are strings (Spark matches them by name;
+  a missing name is an error, and the message also lists unexpected ones), else its column
+  count (Spark matches by position); and each column's dtype
+  where the dtype alone shows it cannot hold the Spark type (numbers, booleans or datetimes
+  for a struct, array or map; booleans for a timestamp or date; datetimes for a boolean;
+  numbers for binary). Columns of dtype ``object`` are not looked into: their values are
+  converted by Spark, which reports its own errors;
+- a list of rows: its first row (tuple length, or a Row's or dict's field names); the other
+  rows of the list are not checked one by one, and a later row of another length is reported
+  when the rows are turned into a frame (``OutputSchemaError`` naming the schema, too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import types as T
+
+from ..errors import OutputSchemaError
+
+_NESTED = (T.StructType, T.ArrayType, T.MapType)
+_TIMES = (T.TimestampType, T.DateType) + ((T.TimestampNTZType,)
+                                          if hasattr(T, "TimestampNTZType") else ())
+_MAX_SHOWN = 10
+
+
+def describe(schema: T.StructType) -> str:
+    """The schema as Spark's DDL-like ``struct<...>`` text."""
+    return schema.simpleString()
+
+
+def _names(names: Any) -> str:
+    names = [str(n) for n in names]
+    shown = ", ".join(names[:_MAX_SHOWN])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > _MAX_SHOWN else "")
+
+
+def _unfit(kind: str, dtype: T.DataType) -> bool:
+    """True if a numpy dtype of this kind can never become the Spark type."""
+    if kind in "iufbMm" and isinstance(dtype, _NESTED):
+        return True
+    if kind == "b" and isinstance(dtype, _TIMES):
+        return True
+    if kind in "Mm" and isinstance(dtype, T.BooleanType):
+        return True
+    return kind in "iuf" and isinstance(dtype, T.BinaryType)
+
+
+def check_frame(frame: pd.DataFrame, schema: T.StructType) -> None:
+    """Raises OutputSchemaError if frame's columns cannot be the schema's (see the module)."""
+    labels = list(frame.columns)
+    expected = schema.names
+    by_name = all(isinstance(c, str) for c in labels)
+    if by_name and labels != expected:
+        missing = [n for n in expected if n not in labels]
+        if missing:
+            extra = [n for n in labels if n not in expected]
+            raise OutputSchemaError(
+                f"expected a DataFrame with the columns of {describe(schema)}, got columns "
+                f"[{_names(labels)}] (missing {_names(missing)}"
+                f"{'; unexpected ' + _names(extra) if extra else ''})")
+    elif not by_name and len(labels) != len(expected):
+        raise OutputSchemaError(
+            f"expected a DataFrame with {len(expected)} columns ({describe(schema)}), got "
+            f"{len(labels)} columns [{_names(labels)}]")
+    dtypes = frame.dtypes
+    for i, field in enumerate(schema.fields):
+        dtype = dtypes[field.name] if by_name else dtypes.iloc[i]
+        if isinstance(dtype, np.dtype) and _unfit(dtype.kind, field.dataType):
+            raise OutputSchemaError(
+                f"column '{field.name}' has dtype {dtype}, which cannot hold "
+                f"{field.dataType.simpleString()} (expected {describe(schema)})")
+
+
+def check_rows(rows: list, schema: T.StructType) -> None:
+    """Raises OutputSchemaError if the first of rows does not fit the schema."""
+    if not rows:
+        return
+    row = rows[0]
+    expected = schema.names
+    if hasattr(row, "__fields__"):  # a pyspark Row with names
+        if list(row.__fields__) != expected:
+            raise OutputSchemaError(f"expected rows of {describe(schema)}, got a Row with "
+                                    f"fields [{_names(row.__fields__)}]")
+    elif isinstance(row, dict):
+        if set(row) != set(expected):
+            raise OutputSchemaError(f"expected rows of {describe(schema)}, got a dict with "
+                                    f"keys [{_names(row)}]")
+    elif isinstance(row, (tuple, list)):
+        if len(row) != len(expected):
+            raise OutputSchemaError(f"expected rows of {len(expected)} values "
+                                    f"({describe(schema)}), got a row of {len(row)}: "
+                                    f"{_short_repr(row)}")
+    else:
+        raise OutputSchemaError(f"expected rows of {describe(schema)} (tuples, Rows or "
+                                f"dicts), got {type(row).__name__}: {_short_repr(row)}")
+
+
+def rows_error(exc: Exception, schema: T.StructType) -> OutputSchemaError:
+    """An OutputSchemaError for a failure turning rows into a frame or Arrow batch."""
+    return OutputSchemaError(f"rows returned do not fit {describe(schema)}: "
+                             f"{type(exc).__name__}: {exc}")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
