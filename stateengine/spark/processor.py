@@ -43,14 +43,14 @@ from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
-from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError
+from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
 from .output_schema import check_frame, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for, key_columns, \
     quote, route
 from .runtime import TaskState, guarded
-from .user_errors import NO_KEY
+from .user_errors import NO_KEY, CallSite
 
 OUTPUT_MODES = ("append", "update")
 EVENT_COL = "__se_event_us"  # the event time in microseconds, for dropping late rows
@@ -83,7 +83,7 @@ class _Plan:
         return out
 
 
-def _plan(processor: Any, spark: Any, time_mode: str) -> _Plan:
+def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = None) -> _Plan:
     """Runs init() and close() on a copy of the processor with a recording handle."""
     from pyspark import cloudpickle
     from pyspark.sql.streaming import stateful_processor as sp
@@ -156,8 +156,15 @@ def _plan(processor: Any, spark: Any, time_mode: str) -> _Plan:
             check_name(stateName)
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
-    copy.init(_RecordingHandle())
-    copy.close()
+    site = CallSite(operator_id, None, None)
+    for method, args in (("init", (_RecordingHandle(),)), ("close", ())):
+        fn = getattr(copy, method)
+        try:
+            fn(*args)
+        except StateEngineError:  # the recording handle's own refusals say enough
+            raise
+        except Exception as e:
+            raise site.error(fn, e) from e
     return plan
 
 
@@ -279,7 +286,7 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
                          f"no other), got {output_mode!r}")
     cols = key_columns(grouping)
     out = _schema(df, output_schema)
-    plan = _plan(processor, df.sparkSession, mode)
+    plan = _plan(processor, df.sparkSession, mode, operator_id)
     facts = _batch_facts(df, batch_id, watermark, processing_time, query_checkpoint,
                          needs_times=mode != "None")
     if facts["batch_id"] is not None:  # foreachBatch or a batch job: times given or defaulted
@@ -513,7 +520,8 @@ class _TaskRun:
                 self.late_before_us = max(previous) * 1000
         self._call("init", NO_KEY, False, ProcessorHandle(self.rt))
 
-    def _call(self, method: str, key: Any, results: bool, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, method: str, key: Any, results: bool, /, *args: Any,
+              **kwargs: Any) -> Any:
         """processor.method(*args, **kwargs), its exception a UserFunctionError (per call,
         user_errors.py); with ``results`` what it yields is taken now, inside the same guard
         (init, close and handleInitialState return nothing Spark reads)."""

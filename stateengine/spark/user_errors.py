@@ -66,6 +66,8 @@ class CallSite:
             parts.append(f"batch {self.batch_id}")
         if self.partition is not None:
             parts.append(f"partition {self.partition}")
+        else:
+            parts.append("on the driver")
         return ", ".join(parts)
 
     def output_error(self, fn: Any, exc: OutputSchemaError,
