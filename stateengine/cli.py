@@ -1,16 +1,18 @@
 """``stateengine``: look at checkpoint directories without Spark.
 
     stateengine versions CHECKPOINT [--operator OP]      versions, partitions, sizes, damage
-    stateengine verify   CHECKPOINT --operator OP [-v V | --all]
+    stateengine verify   CHECKPOINT --operator OP [--version V | --all]
                                                          check every manifest, marker and file
     stateengine verify   CHECKPOINT --handle NAME.handle.json
                                                          the same for a snapshot or checkpoint
-    stateengine dump     CHECKPOINT --operator OP --state NAME [-v V] [--limit N]
+    stateengine dump     CHECKPOINT --operator OP --state NAME [--version V] [--limit N]
                          [--allow-pickle]                entries as JSON lines
+    stateengine dump     CHECKPOINT --operator OP --timers [--version V] [--limit N]
+                                                         event- and processing-time timers
     stateengine meta     SNAPSHOT_FILE                   the meta block of a full snapshot
 
-CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without -v the newest
-version is used; if it is damaged that is an error, never a quiet fall back to an older one.
+CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without --version the
+newest version is used; if it is damaged that is an error, never a quiet fall back to an older one.
 --key-file FILE (or $STATEENGINE_CHECKPOINT_KEY) authenticates manifests and files written
 with that key. Exit status 1 means the checkpoint, operator or version is missing (the message
 lists what exists) or damaged (the message names the file); 0 means all was read and checked.
@@ -20,14 +22,21 @@ schema's field names; decimals, dates and timestamps as text, binary as base64.
 
 Nothing is unpickled unless you pass --allow-pickle (unpickling runs code from the checkpoint):
 without it, ``dump`` prints a pickled value (a value_type="pickle" state, or a value an
-earlier version pickled) as {"pickled": "<base64>", "bytes": N}.
+earlier version pickled) as {"pickled": "<base64>", "bytes": N}; the same for a timer's
+pickled namespace.
+
+-v/--verbose logs more through the ``stateengine`` logger on stderr (-v info, -vv debug).
+The version is --version N; the old ``-v N`` still works and warns on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -42,6 +51,10 @@ from .checkpoint.versions import OPERATOR_PROPERTIES, VersionCatalog
 from .errors import CheckpointNotFoundError, CorruptionError, StateEngineError
 from .keygroups import KeyGroupRange
 from .serializers import codec_name, to_json
+from .timers import EVENT_TIME_CF, PROCESSING_TIME_CF
+
+_TIMER_KINDS = ((EVENT_TIME_CF, "event"), (PROCESSING_TIME_CF, "processing"))
+_ANY_CODEC = 1  # timers' namespaces are encoded with the any-value codec
 
 
 def _json(value: Any) -> Any:
@@ -228,10 +241,58 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _iso_time(ms: int) -> str | None:
+    """A timer's timestamp (ms since the epoch) as ISO 8601 in UTC; None out of range."""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(
+            timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _dump_timers(args: argparse.Namespace, version: int, handles: list[Any]) -> int:
+    """Every timer of the version as a JSON line, event-time timers first, in time order
+    within each key group. Namespaces that are pickles print as opaque bytes unless
+    --allow-pickle."""
+    mode = _native.PICKLE_ALLOW if args.allow_pickle else _native.PICKLE_OPAQUE
+    gate = _native.PickleGate(mode, "a timer's namespace")
+    printed = 0
+    for h in handles:
+        present = {m["name"] for m in h.states}
+        kinds = [(cf, kind) for cf, kind in _TIMER_KINDS if cf in present]
+        if not kinds:
+            continue
+        scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
+        try:
+            backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
+                                                         h.key_group_range, args.allow_pickle)
+            try:
+                for cf_name, kind in kinds:
+                    for raw_key, _ in backend._raw_scan(backend.column_family(cf_name)):
+                        if args.limit is not None and printed >= args.limit:
+                            return 0
+                        kg, ts, key, ns = backend._parse_timer_key(raw_key)
+                        row = _json({"timer": kind, "key_group": kg, "key": key,
+                                     "namespace": _native.decode_for_codec(_ANY_CODEC, ns,
+                                                                           gate),
+                                     "timestamp": ts})
+                        row["time"] = _iso_time(ts)
+                        print(json.dumps(row, ensure_ascii=False))
+                        printed += 1
+            finally:
+                backend.dispose()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    logging.getLogger("stateengine").info("version %d: %d timer(s) printed", version, printed)
+    return 0
+
+
 def cmd_dump(args: argparse.Namespace) -> int:
     catalog = _catalog(args)
     version = _version(args, catalog)
     handles = catalog.handles_for(version, _full_range(catalog))
+    if args.timers:
+        return _dump_timers(args, version, handles)
     mode = _native.PICKLE_ALLOW if args.allow_pickle else _native.PICKLE_OPAQUE
     gate = _native.PickleGate(mode, f"state '{args.state}'")
     printed = 0
@@ -298,36 +359,105 @@ def cmd_meta(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+_VERBOSE_HELP = "log more on stderr through the stateengine logger (-v info, -vv debug)"
+_OLD_VERSION_FORM = re.compile(r"^-v(\d+)$")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's parser: every subcommand and option carries help text."""
     p = argparse.ArgumentParser(prog="stateengine", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("-v", "--verbose", action="count", default=0, dest="verbose_main",
+                   help=_VERBOSE_HELP)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="what to do (stateengine COMMAND -h for its options)")
+    helps = {"versions": "list every operator's versions: partitions, size, damage",
+             "verify": "check a version's (or every version's) manifests, marker and files",
+             "dump": "print a version's entries of one state, or its timers, as JSON lines"}
     for name, fn in (("versions", cmd_versions), ("verify", cmd_verify), ("dump", cmd_dump)):
-        sp = sub.add_parser(name)
-        sp.add_argument("checkpoint")
-        sp.add_argument("--operator", required=name == "dump", default=None)
+        sp = sub.add_parser(name, help=helps[name], description=helps[name])
+        sp.add_argument("checkpoint", help="checkpoint directory or pyarrow.fs URI (file://, "
+                                           "hdfs://, s3://)")
+        sp.add_argument("--operator", required=name == "dump", default=None,
+                        help="operator id (its directory under CHECKPOINT)"
+                             + ("" if name == "dump" else "; default: every operator"))
         sp.add_argument("--key-file", default=None,
                         help="file holding the checkpoint key (default: "
                              "$STATEENGINE_CHECKPOINT_KEY)")
+        sp.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
         if name != "versions":
-            sp.add_argument("-v", "--version", type=int, default=None)
+            sp.add_argument("--version", type=int, default=None, metavar="N",
+                            help="the version to read (default: the newest; a damaged "
+                                 "newest version is an error). The old form -v N still "
+                                 "works, with a warning")
         if name == "verify":
             sp.add_argument("--all", action="store_true", help="verify every version")
             sp.add_argument("--handle", default=None,
                             help="verify the snapshot or checkpoint whose handle (e.g. "
                                  "NAME.handle.json) lies at this path under CHECKPOINT")
         if name == "dump":
-            sp.add_argument("--state", required=True)
-            sp.add_argument("--limit", type=int, default=None)
+            what = sp.add_mutually_exclusive_group(required=True)
+            what.add_argument("--state", help="name of the state whose entries to print")
+            what.add_argument("--timers", action="store_true",
+                              help="print the timers (kind, key group, key, namespace, "
+                                   "timestamp, time in ISO 8601 UTC) instead of a state")
+            sp.add_argument("--limit", type=int, default=None, metavar="N",
+                            help="print at most N lines")
             sp.add_argument("--allow-pickle", action="store_true",
                             help="unpickle pickled values (runs code from the checkpoint: only "
                                  "for checkpoints you trust); without it they print as "
                                  "{\"pickled\": base64, \"bytes\": n}")
         sp.set_defaults(fn=fn)
-    sp = sub.add_parser("meta")
-    sp.add_argument("file")
+    sp = sub.add_parser("meta", help="print the meta block of a full snapshot file as JSON",
+                        description="print the meta block of a full snapshot file as JSON")
+    sp.add_argument("file", help="a full snapshot's data file (local path)")
+    sp.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
     sp.set_defaults(fn=cmd_meta)
-    args = p.parse_args(argv)
+    return p
+
+
+def _modern_argv(argv: list[str]) -> list[str]:
+    """argv with the old ``-v N`` (or ``-vN``) version form rewritten to ``--version N``,
+    with a deprecation warning on stderr: ``-v`` alone now means --verbose."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        old = _OLD_VERSION_FORM.match(arg)
+        if arg == "-v" and i + 1 < len(argv) and re.fullmatch(r"\d+", argv[i + 1]):
+            old_form, number, i = f"-v {argv[i + 1]}", argv[i + 1], i + 2
+        elif old:
+            old_form, number, i = arg, old.group(1), i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        print(f"stateengine: '{old_form}' is deprecated: the version is --version {number} "
+              f"(-v now means --verbose)", file=sys.stderr)
+        out += ["--version", number]
+    return out
+
+
+def _configure_logging(verbosity: int) -> None:
+    """-v: info, -vv: debug, on stderr, for the stateengine logger only."""
+    if verbosity <= 0:
+        return
+    logger = logging.getLogger("stateengine")
+    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    for h in logger.handlers:
+        if getattr(h, "_stateengine_cli", False):  # main() called again in this process
+            h.setStream(sys.stderr)
+            return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler._stateengine_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(_modern_argv(list(sys.argv[1:] if argv is None else argv)))
+    _configure_logging(args.verbose_main + args.verbose)
+    logging.getLogger("stateengine").debug("stateengine %s: %s", args.command, vars(args))
     try:
         return args.fn(args)
     except (StateEngineError, OSError, ValueError) as e:

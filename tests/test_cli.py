@@ -39,7 +39,7 @@ def test_versions_verify_and_dump(tmp_path, capsys):
     assert main(["dump", ck, "--operator", "op", "--state", "count"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted((r["key"], r["value"]) for r in rows) == [(k, 2) for k in range(20)]
-    assert main(["dump", ck, "--operator", "op", "--state", "m", "-v", "1", "--limit", "3"]) == 0
+    assert main(["dump", ck, "--operator", "op", "--state", "m", "--version", "1", "--limit", "3"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 3 and all(r["user_key"] == "x" and r["value"] == r["key"] for r in rows)
 
@@ -47,7 +47,7 @@ def test_versions_verify_and_dump(tmp_path, capsys):
 def test_damaged_files_and_missing_versions_exit_1_naming_the_problem(tmp_path, capsys):
     ck = str(tmp_path / "ck")
     commit_two_versions(ck, str(tmp_path / "local"))
-    assert main(["dump", ck, "--operator", "op", "--state", "count", "-v", "9"]) == 1
+    assert main(["dump", ck, "--operator", "op", "--state", "count", "--version", "9"]) == 1
     assert "version 9 of operator 'op'" in capsys.readouterr().err
     shared = os.path.join(ck, "op", "shared")
     victim = os.path.join(shared, sorted(os.listdir(shared))[-1])
