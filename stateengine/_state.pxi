@@ -492,7 +492,13 @@ cdef class NativeMapState(NativeState):
         if self._ukrow is None:
             encode_user_key(self._uk_codec, user_key, &self._uk, self.name)
         else:
-            self._ukrow.encode(user_key, &self._uk)
+            try:
+                self._ukrow.encode(user_key, &self._uk)
+            except _SerializationError as e:  # name the user key and its user_key_type
+                raise _SerializationError(
+                    f"map state '{self.name}': user key {user_key!r:.80} does not fit its "
+                    f"user_key_type {self._ukrow.canonical} ({e}); pass user keys of that "
+                    f"schema or declare the descriptor with another user_key_type") from None
         self._backend.check_key()
         return &self._backend._builder.get().BuildWithUserKey(
             self._ns, self._ns_variable, self._uk.data(), self._uk.size())

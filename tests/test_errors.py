@@ -478,6 +478,19 @@ def test_wrong_user_key_type_points_at_user_key_type(populated):
     assert raw_state(backend) == before
 
 
+def test_typed_user_key_of_the_wrong_shape_points_at_user_key_type(backend):
+    m = backend.get_state(MapStateDescriptor("typed", user_key_type="path string, q int",
+                                             value_type=int))
+    backend.set_current_key("k")
+    hint = (r"map state 'typed': user key 5 does not fit its user_key_type "
+            r"struct<path:string,q:int> \(.*\); pass user keys of that schema")
+    for call in (lambda: m.put(5, 1), lambda: m.get(5), lambda: m.contains(5)):
+        with pytest.raises(SerializationError, match=hint):
+            call()
+    m.put(("/a", 1), 2)
+    assert m.get(("/a", 1)) == 2
+
+
 def test_changed_key_type_says_what_to_do(make_backend, tmp_path):
     backend = make_backend(key_type=(int, str))
     handle = backend.snapshot(tmp_path / "ck", "s").result()
