@@ -9,7 +9,7 @@ from pyspark.sql import types as T
 
 from stateengine import OutputSchemaError
 from stateengine.spark.apply import _Output
-from stateengine.spark.output_schema import check_frame, check_rows
+from stateengine.spark.output_schema import FrameCheck, check_frame, check_rows
 
 SCHEMA = T.StructType([T.StructField("key", T.StringType()), T.StructField("n", T.LongType())])
 EXPECTED = "struct<key:string,n:bigint>"
@@ -79,3 +79,15 @@ def test_apply_output_refuses_what_pandas_would_report_as_a_column_count():
     assert f"rows returned do not fit {EXPECTED}" in str(info.value)
     with pytest.raises(OutputSchemaError, match="not int"):
         list(_Output(SCHEMA).add(5))
+
+
+def test_a_task_s_frame_check_remembers_fitting_labels_but_reads_dtypes_every_time():
+    schema = T.StructType([T.StructField("k", T.StringType()),
+                           T.StructField("at", T.TimestampType())])
+    check = FrameCheck(schema)
+    check(pd.DataFrame({"k": ["a"], "at": [pd.Timestamp(0)]}))
+    assert list(check.fitting) == [("k", "at")]
+    with pytest.raises(OutputSchemaError, match="column 'at' has dtype bool"):
+        check(pd.DataFrame({"k": ["a"], "at": [True]}))
+    with pytest.raises(OutputSchemaError, match="missing at"):
+        check(pd.DataFrame({"k": ["a"]}))

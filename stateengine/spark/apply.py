@@ -44,7 +44,7 @@ from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
-from .output_schema import check_frame, check_rows, rows_error
+from .output_schema import FrameCheck, check_rows, rows_error
 from .runtime import TaskConfig, TaskState, guarded, ttl_clock
 from .user_errors import NO_KEY as _NO_KEY, lazy_result
 from .workers import check_workers
@@ -179,6 +179,7 @@ class _Output:
     def __init__(self, schema: T.StructType) -> None:
         self.schema = schema
         self.columns = schema.names
+        self.check_frame = FrameCheck(schema)
         self.frames: list[pd.DataFrame] = []
         self.rows: list[tuple] = []
         self.count = 0
@@ -187,7 +188,7 @@ class _Output:
         if result is None:
             return
         if isinstance(result, pd.DataFrame):
-            check_frame(result, self.schema)
+            self.check_frame(result)
             if len(result):
                 self.frames.append(result)
                 self.count += len(result)

@@ -53,30 +53,71 @@ def _unfit(kind: str, dtype: T.DataType) -> bool:
     return kind in "iuf" and isinstance(dtype, T.BinaryType)
 
 
+def _checkable(dtype: T.DataType) -> bool:
+    """True for the Spark types some numpy dtype can never hold (see ``_unfit``)."""
+    return isinstance(dtype, _NESTED + _TIMES + (T.BooleanType, T.BinaryType))
+
+
+class FrameCheck:
+    """``check_frame`` for one schema, for the many frames of a task: the column labels of a
+    frame already found to fit are remembered, and dtypes are read only for the fields whose
+    type some dtype cannot hold (a few microseconds per frame in all)."""
+
+    _MAX_REMEMBERED = 64
+
+    def __init__(self, schema: T.StructType) -> None:
+        self.schema = schema
+        self.typed = [(i, f) for i, f in enumerate(schema.fields) if _checkable(f.dataType)]
+        self.fitting: dict[tuple, list[int]] = {}  # labels -> positions of the typed fields
+
+    def __call__(self, frame: pd.DataFrame, arrays: list | None = None) -> None:
+        """Raises OutputSchemaError if frame does not fit; ``arrays``: its column arrays
+        when the caller has them already."""
+        labels = tuple(frame.columns)
+        positions = self.fitting.get(labels)
+        if positions is None:
+            positions = self._check_labels(labels)
+            if len(self.fitting) < self._MAX_REMEMBERED:
+                self.fitting[labels] = positions
+        if positions:
+            self._check_dtypes(frame, positions, arrays)
+
+    def _check_labels(self, labels: tuple) -> list[int]:
+        schema, expected = self.schema, self.schema.names
+        by_name = all(isinstance(c, str) for c in labels)
+        if by_name:
+            missing = [n for n in expected if n not in labels]
+            if missing:
+                extra = [n for n in labels if n not in expected]
+                raise OutputSchemaError(
+                    f"expected a DataFrame with the columns of {describe(schema)}, got columns "
+                    f"[{_names(labels)}] (missing {_names(missing)}"
+                    f"{'; unexpected ' + _names(extra) if extra else ''})")
+            return [labels.index(f.name) for _, f in self.typed]
+        if len(labels) != len(expected):
+            raise OutputSchemaError(
+                f"expected a DataFrame with {len(expected)} columns ({describe(schema)}), got "
+                f"{len(labels)} columns [{_names(labels)}]")
+        return [i for i, _ in self.typed]
+
+    def _check_dtypes(self, frame: pd.DataFrame, positions: list[int],
+                      arrays: list | None) -> None:
+        try:  # pandas' column arrays, without building a Series of dtypes
+            if arrays is None:
+                arrays = frame._mgr.column_arrays
+            dtypes = [arrays[p].dtype for p in positions]
+        except (AttributeError, IndexError):
+            dtypes = [frame.dtypes.iloc[p] for p in positions]
+        for (_, field), dtype in zip(self.typed, dtypes):
+            if isinstance(dtype, np.dtype) and _unfit(dtype.kind, field.dataType):
+                raise OutputSchemaError(
+                    f"column '{field.name}' has dtype {dtype}, which cannot hold "
+                    f"{field.dataType.simpleString()} (expected {describe(self.schema)})")
+
+
 def check_frame(frame: pd.DataFrame, schema: T.StructType) -> None:
     """Raises OutputSchemaError if frame's columns cannot be the schema's (see the module)."""
-    labels = list(frame.columns)
-    expected = schema.names
-    by_name = all(isinstance(c, str) for c in labels)
-    if by_name and labels != expected:
-        missing = [n for n in expected if n not in labels]
-        if missing:
-            extra = [n for n in labels if n not in expected]
-            raise OutputSchemaError(
-                f"expected a DataFrame with the columns of {describe(schema)}, got columns "
-                f"[{_names(labels)}] (missing {_names(missing)}"
-                f"{'; unexpected ' + _names(extra) if extra else ''})")
-    elif not by_name and len(labels) != len(expected):
-        raise OutputSchemaError(
-            f"expected a DataFrame with {len(expected)} columns ({describe(schema)}), got "
-            f"{len(labels)} columns [{_names(labels)}]")
-    dtypes = frame.dtypes
-    for i, field in enumerate(schema.fields):
-        dtype = dtypes[field.name] if by_name else dtypes.iloc[i]
-        if isinstance(dtype, np.dtype) and _unfit(dtype.kind, field.dataType):
-            raise OutputSchemaError(
-                f"column '{field.name}' has dtype {dtype}, which cannot hold "
-                f"{field.dataType.simpleString()} (expected {describe(schema)})")
+    FrameCheck(schema)(frame)
 
 
 def check_rows(rows: list, schema: T.StructType) -> None:

@@ -46,7 +46,7 @@ from ..checkpoint.versions import VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
-from .output_schema import check_frame, check_rows, rows_error
+from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for, key_columns, \
     quote, route
 from .runtime import TaskState, guarded
@@ -687,6 +687,7 @@ class _FrameSink:
     def __init__(self, schema: T.StructType) -> None:
         self.schema = schema
         self.names = list(schema.names)
+        self.check_frame = FrameCheck(schema)
         self.parts: list[pd.DataFrame] = []
         self.columns: tuple | None = None  # the column labels of the frames in `arrays`
         self.arrays: list[list[np.ndarray]] = []  # one list of column arrays per frame
@@ -701,12 +702,12 @@ class _FrameSink:
                     f"handlers of transform_with_state_in_pandas yield pandas DataFrames (as "
                     f"Spark's transformWithStateInPandas) of {self.schema.simpleString()}, "
                     f"got {type(frame).__name__}")
-            check_frame(frame, self.schema)
             n = len(frame)
+            arrays = _column_arrays(frame) if n else None
+            self.check_frame(frame, arrays)
             if not n:
                 continue
             self.count += n
-            arrays = _column_arrays(frame)
             labels = tuple(frame.columns) if arrays is not None else None
             if labels is None or labels != self.columns:
                 self._close_run()
