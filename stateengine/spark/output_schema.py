@@ -10,7 +10,8 @@ had 1 columns"). The checks look at each result object, never at each row:
   for a struct, array or map; booleans for a timestamp or date; datetimes for a boolean;
   numbers for binary). Columns of dtype ``object`` are not looked into: their values are
   converted by Spark, which reports its own errors;
-- a list of rows: its first row (tuple length, or a Row's or dict's field names); the other
+- a list of rows: its first row (tuple length; a Row or dict must have every field name of
+  the schema, extra names pass, as conversion by name ignores them); the other
   rows of the list are not checked one by one, and a later row of another length is reported
   when the rows are turned into a frame (``OutputSchemaError`` naming the schema, too).
 """
@@ -127,11 +128,11 @@ def check_rows(rows: list, schema: T.StructType) -> None:
     row = rows[0]
     expected = schema.names
     if hasattr(row, "__fields__"):  # a pyspark Row with names
-        if list(row.__fields__) != expected:
+        if any(n not in row.__fields__ for n in expected):
             raise OutputSchemaError(f"expected rows of {describe(schema)}, got a Row with "
                                     f"fields [{_names(row.__fields__)}]")
     elif isinstance(row, dict):
-        if set(row) != set(expected):
+        if any(n not in row for n in expected):
             raise OutputSchemaError(f"expected rows of {describe(schema)}, got a dict with "
                                     f"keys [{_names(row)}]")
     elif isinstance(row, (tuple, list)):
