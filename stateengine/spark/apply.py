@@ -42,9 +42,9 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM
 from ..times import to_millis
 from .batch import query_storage
 from .context import BatchContext, GroupContext
+from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
-from .output_schema import FrameCheck, check_rows, rows_error
 from .runtime import TaskConfig, TaskState, guarded, ttl_clock
 from .user_errors import NO_KEY as _NO_KEY, lazy_result
 from .workers import check_workers
