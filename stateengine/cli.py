@@ -456,7 +456,8 @@ def _configure_logging(verbosity: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_modern_argv(list(sys.argv[1:] if argv is None else argv)))
-    _configure_logging(args.verbose_main + args.verbose)
+    # a subcommand without its own -v (added later, say) still gets the top-level one
+    _configure_logging(args.verbose_main + getattr(args, "verbose", 0))
     logging.getLogger("stateengine").debug("stateengine %s: %s", args.command, vars(args))
     try:
         return args.fn(args)
