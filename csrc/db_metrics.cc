@@ -30,6 +30,10 @@ rocksdb::Status CollectDbMetrics(StateDB* db, DbMetrics* out) {
                                 "rocksdb.block-cache-pinned-usage", &pinned)) {
     out->pinned_bytes = pinned;
   }
+  out->block_cache_bytes = MemoryBudget::Instance().CacheUsage();
+  out->rows_read = db->rows_read();
+  out->rows_written = db->rows_written();
+  out->rows_deleted = db->rows_deleted();
   std::vector<rocksdb::LiveFileMetaData> files;
   db->raw()->GetLiveFilesMetaData(&files);
   out->sst_files = files.size();

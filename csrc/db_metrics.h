@@ -16,6 +16,10 @@ struct DbMetrics {
   uint64_t table_reader_bytes = 0;  // index and filter blocks held outside the block cache
   uint64_t pinned_bytes = 0;      // blocks pinned in the shared block cache (all backends)
   uint64_t pending_compaction_bytes = 0;  // estimate of bytes compaction still has to rewrite
+  uint64_t block_cache_bytes = 0;  // usage of the shared block cache (all backends, memtables too)
+  uint64_t rows_read = 0;     // rows the state handles read since the instance opened
+  uint64_t rows_written = 0;  // ... wrote (puts, merges, adds)
+  uint64_t rows_deleted = 0;  // ... deleted (clears, puts of None)
 };
 
 // Reads RocksDB's properties of every column family. Safe beside reads and writes on other

@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Any, Iterator, overload
+from typing import Any, Callable, Iterator, overload
 
 from typing import Sequence
 
@@ -400,7 +400,8 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
                    private_dir: str | None = None, manifest_path: str | None = None,
-                   shared_dir: str = "shared", extra: dict | None = None,
+                   shared_dir: str = "shared",
+                   extra: dict | Callable[[dict], dict] | None = None,
                    hmac_key: bytes | str | None = None) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
