@@ -10,6 +10,8 @@ namespace stateengine {
 
 struct DbMetrics {
   uint64_t estimated_keys = 0;    // rocksdb.estimate-num-keys, summed over states
+  uint64_t state_keys = 0;        // ... over the user's states only
+  uint64_t timers = 0;            // ... over the timer families (registered timers)
   uint64_t live_sst_bytes = 0;    // bytes of the SST files the current version references
   uint64_t sst_files = 0;         // number of those files
   uint64_t memtable_bytes = 0;    // active and immutable memtables, not yet flushed

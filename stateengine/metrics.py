@@ -1,12 +1,13 @@
 """State metrics of a committed version: what one partition's state held and did in the batch
 that wrote it, sealed into that version's manifest (``"metrics"``, covered by its checksum).
 
-A commit records, per partition: ``keys``, ``live_bytes``/``files`` (SST files after the
+A commit records, per partition: ``keys`` (entries of the user's states, RocksDB's
+estimate) and ``timers`` (registered), ``live_bytes``/``files`` (SST files after the
 commit's flush), ``memtable_bytes``, ``table_reader_bytes``, ``block_cache_bytes`` and
 ``pinned_bytes`` (the block cache is shared by every backend of the process),
-``pending_compaction_bytes``, ``rows_read``/``rows_written``/``rows_deleted`` and
+``pending_compaction_bytes``, ``memory_bytes`` (memtables plus table readers), ``rows_read``/``rows_written``/``rows_deleted`` and
 ``timers_fired`` during the batch, how the state was loaded (``load``: ``empty``, ``restored``
-or ``reused``, and ``load_ms``), ``commit_ms`` and the checkpoint's ``bytes_uploaded``,
+or ``reused``, and ``load_ms``), ``update_ms`` (load to commit), ``commit_ms`` and the checkpoint's ``bytes_uploaded``,
 ``files_uploaded``, ``files_reused``, ``checkpoint_bytes`` and ``storage_retries``.
 ``version_metrics`` reads them back without Spark; versions written before metrics existed
 read with ``partitions`` holding ``None``.
@@ -23,30 +24,79 @@ from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
 from .errors import CheckpointNotFoundError
 
+# The figures of Spark's StateOperatorProgress (query.lastProgress.stateOperators), summed
+# over partitions as Spark sums its state store metrics over tasks: name -> (how, field), where
+# field is one of a partition's metrics ("memory_bytes" is its memtables plus table readers,
+# its own memory; the block cache is shared and reported apart, as the largest reading).
+SPARK_FIELDS: dict[str, tuple[str, str]] = {
+    "numRowsTotal": ("sum", "keys"),
+    "numRowsUpdated": ("sum", "rows_written"),
+    "numRowsRemoved": ("sum", "rows_deleted"),
+    "numRowsRead": ("sum", "rows_read"),
+    "numTimersFired": ("sum", "timers_fired"),
+    "allUpdatesTimeMs": ("sum", "update_ms"),
+    "commitTimeMs": ("sum", "commit_ms"),
+    "loadTimeMs": ("sum", "load_ms"),
+    "memoryUsedBytes": ("sum", "memory_bytes"),
+    "blockCacheBytes": ("max", "block_cache_bytes"),
+    "pinnedBytes": ("max", "pinned_bytes"),
+    "liveBytes": ("sum", "live_bytes"),
+    "liveFiles": ("sum", "files"),
+    "bytesUploaded": ("sum", "bytes_uploaded"),
+    "filesUploaded": ("sum", "files_uploaded"),
+    "filesReused": ("sum", "files_reused"),
+    "numStateStoreInstances": ("count", "keys"),
+    "numRestored": ("count_load", "restored"),
+    "numReused": ("count_load", "reused"),
+    "numEmpty": ("count_load", "empty"),
+}
+
+
+def spark_summary(partitions: dict[int, dict[str, Any] | None]) -> dict[str, int]:
+    """The partitions' metrics summed like Spark's ``stateOperators`` (``SPARK_FIELDS``);
+    times in whole ms, as Spark reports them."""
+    present = [m for m in partitions.values() if m]
+    out: dict[str, int] = {}
+    for name, (how, f) in SPARK_FIELDS.items():
+        if how == "sum":
+            out[name] = int(round(sum(m.get(f, 0) for m in present)))
+        elif how == "max":
+            out[name] = int(max((m.get(f, 0) for m in present), default=0))
+        elif how == "count":
+            out[name] = len(present)
+        else:
+            out[name] = sum(1 for m in present if m.get("load") == f)
+    return out
+
+
 # Summed over partitions; the rest (load kind, shared cache figures) are not additive.
-ADDITIVE = ("keys", "live_bytes", "files", "memtable_bytes", "table_reader_bytes",
+ADDITIVE = ("keys", "timers", "live_bytes", "files", "memtable_bytes", "table_reader_bytes", "memory_bytes",
             "pending_compaction_bytes", "rows_read", "rows_written", "rows_deleted",
             "timers_fired", "bytes_uploaded", "files_uploaded", "files_reused",
             "checkpoint_bytes", "storage_retries")
 # One process-wide cache serves every partition of an executor: the largest reading, not a sum.
 SHARED = ("block_cache_bytes", "pinned_bytes")
-TIMES = ("load_ms", "commit_ms")
+TIMES = ("load_ms", "update_ms", "commit_ms")
 
 
 def batch_metrics(backend: Any, start: dict[str, int], load: dict[str, Any],
-                  stats: dict[str, Any], commit_ms: float, retries: int) -> dict[str, Any]:
+                  stats: dict[str, Any], update_ms: float, commit_ms: float,
+                  retries: int) -> dict[str, Any]:
     """The metrics a commit seals: ``start`` is ``row_counts(backend)`` when the store was
-    loaded, ``load`` the provider's ``last_load``, ``stats`` the checkpoint's upload figures."""
+    loaded, ``load`` the provider's ``last_load``, ``stats`` the checkpoint's upload figures,
+    ``update_ms`` the time from load to commit (the task's work), ``commit_ms`` the commit's
+    time up to its manifest."""
     m = backend.metrics()
     now = row_counts(backend)
     return {
-        "keys": m["estimated_keys"], "live_bytes": m["live_sst_bytes"], "files": m["sst_files"],
+        "keys": m["state_keys"], "timers": m["timers"], "live_bytes": m["live_sst_bytes"], "files": m["sst_files"],
         "memtable_bytes": m["memtable_bytes"], "table_reader_bytes": m["table_reader_bytes"],
+        "memory_bytes": m["memtable_bytes"] + m["table_reader_bytes"],
         "block_cache_bytes": m["block_cache_bytes"], "pinned_bytes": m["pinned_bytes"],
         "pending_compaction_bytes": m["pending_compaction_bytes"],
         **{k: now[k] - start.get(k, 0) for k in now},
         "load": load.get("kind", "restored"), "load_ms": round(load.get("seconds", 0.0) * 1e3, 3),
-        "commit_ms": round(commit_ms, 3),
+        "update_ms": round(update_ms, 3), "commit_ms": round(commit_ms, 3),
         "bytes_uploaded": stats["bytes_uploaded"], "files_uploaded": stats["files_uploaded"],
         "files_reused": stats["files_reused"], "checkpoint_bytes": stats["bytes_total"],
         "storage_retries": retries,
@@ -92,11 +142,16 @@ class StateMetrics:
     def totals(self) -> dict[str, Any]:
         return summarize(self.partitions)
 
+    @property
+    def spark(self) -> dict[str, int]:
+        """Summed like Spark's ``stateOperators`` (see ``SPARK_FIELDS``)."""
+        return spark_summary(self.partitions)
+
     def to_dict(self) -> dict[str, Any]:
         return {"operator": self.operator, "version": self.version,
                 "num_partitions": self.num_partitions,
                 "partitions": {str(p): m for p, m in sorted(self.partitions.items())},
-                "totals": self.totals}
+                "totals": self.totals, "spark": self.spark}
 
 
 def operators(storage: CheckpointStorage) -> list[str]:

@@ -210,6 +210,7 @@ class StateStore:
         self.state = StoreState.UPDATING
         self.metrics: dict[str, Any] = {}
         self._start_counts = row_counts(backend)  # this version's rows and timers start here
+        self._opened = time.perf_counter()
 
     def __repr__(self) -> str:
         p = self._provider
@@ -267,7 +268,8 @@ class StateStore:
             # manifest carries the batch's metrics under its checksum.
             sealed.update(batch_metrics(
                 self._backend, self._start_counts, p.last_load, stats,
-                (time.perf_counter() - started) * 1e3, p.storage.retries - retries))
+                (started - self._opened) * 1e3, (time.perf_counter() - started) * 1e3,
+                p.storage.retries - retries))
             return {"created_at": int(time.time() * 1000), "version": new_version,
                     "partition": p.partition_id, "num_partitions": p.num_partitions,
                     "operator": p.operator_id, "metrics": dict(sealed)}

@@ -9,7 +9,8 @@ from stateengine import BackendClosedError, KeyedStateBackend, ValueStateDescrip
 
 FIELDS = {"estimated_keys", "live_sst_bytes", "sst_files", "memtable_bytes",
           "table_reader_bytes", "pending_compaction_bytes", "pinned_bytes", "states",
-          "block_cache_bytes", "rows_read", "rows_written", "rows_deleted"}
+          "block_cache_bytes", "rows_read", "rows_written", "rows_deleted", "state_keys",
+          "timers"}
 
 
 def test_metrics_follow_writes_flushes_and_compaction(tmp_path):

@@ -358,6 +358,8 @@ cdef extern from "rocksdb_floor.h" namespace "stateengine" nogil:
 cdef extern from "db_metrics.h" namespace "stateengine" nogil:
     cdef cppclass CDbMetrics "stateengine::DbMetrics":
         uint64_t estimated_keys
+        uint64_t state_keys
+        uint64_t timers
         uint64_t live_sst_bytes
         uint64_t sst_files
         uint64_t memtable_bytes

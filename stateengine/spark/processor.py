@@ -44,6 +44,7 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, check_no_null_keys, \
     key_codecs_for, key_columns, partition_rows, quote, route
+from .metrics import internal_schema, metrics_frame, observe_state, tagged
 from .runtime import TaskState, guarded
 
 OUTPUT_MODES = ("append", "update")
@@ -298,6 +299,13 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
     if spark_sorts:
         routed = routed.sortWithinPartitions(KG_COL, *cols)
     job = _Job(processor, plan, flavour, cols, out, bool(event_col), staged, spark_sorts)
+
+    if flavour == "pandas" and df.isStreaming:  # metrics observed as in apply.run_stateful
+        def run_observed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            yield from guarded(cfg, lambda task: tagged(job.run_pandas(task, batches)),
+                               lambda task: [metrics_frame(out.names, task)])
+        return observe_state(routed.mapInPandas(run_observed, internal_schema(out)),
+                             operator_id)
 
     if flavour == "pandas":
         def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
