@@ -199,8 +199,10 @@ def version_metrics(checkpoint: CheckpointStorage | str | os.PathLike, version: 
             f"{catalog.describe()} has no version {version} (versions: "
             f"{', '.join(map(str, versions)) or 'none'})")
     manifests = catalog.manifests(version)
-    # A rescaled rerun may leave manifests of two partition counts in a version: report the
-    # larger count's.
-    n = max(n for _, n, _ in manifests)
+    # A batch re-run at another partition count leaves manifests of two counts in a version:
+    # report the count the driver marked committed, else the larger.
+    counts = {n for _, n, _ in manifests}
+    marked = catalog.committed_partitions(version)  # the driver's word, when it gave one
+    n = marked if marked in counts else max(counts)
     parts = {p: doc.get("metrics") for p, pn, doc in manifests if pn == n}
     return StateMetrics(operator, version, n, parts)

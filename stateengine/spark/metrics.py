@@ -18,8 +18,7 @@ import os
 from typing import Any, Iterator
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
@@ -48,7 +47,8 @@ def state_metrics(checkpoint: CheckpointStorage | str | os.PathLike, batch_id: i
 def observed_metrics(progress: Any, operator_id: str = "default") -> dict[str, int] | None:
     """The state metrics of ``operator_id`` in a query progress (``query.lastProgress``,
     ``recentProgress[i]`` or a listener event's ``progress``: a StreamingQueryProgress, a dict
-    or its JSON), as plain ints; None when the progress has none (a batch that ran nothing)."""
+    or its JSON; on Connect a metric arrives as its row's values beside its schema), as plain
+    ints; None when the progress has none (a batch that ran nothing)."""
     if progress is None:
         return None
     if isinstance(progress, str):
@@ -62,7 +62,11 @@ def observed_metrics(progress: Any, operator_id: str = "default") -> dict[str, i
         return None
     if hasattr(entry, "asDict"):
         entry = entry.asDict()
-    return {k: int(v) if v is not None else 0 for k, v in dict(entry).items()}
+    entry = dict(entry)
+    if set(entry) == {"values", "schema"}:  # Connect: the row's JSON, values beside its schema
+        names = [f["name"] for f in entry["schema"]["fields"]]
+        entry = dict(zip(names, entry["values"]))
+    return {k: int(v) if v is not None else 0 for k, v in entry.items()}
 
 
 # ---- inside the query ------------------------------------------------------------------------
@@ -93,26 +97,36 @@ def metrics_frame(columns: list[str], task: Any) -> pd.DataFrame:
     return pd.DataFrame(row, columns=[*columns, METRICS_COL])
 
 
-def _aggregate(name: str, how: str, field: str) -> Column:
-    c = F.col(METRICS_COL)
-    value = F.get_json_object(c, f"$.{field}")
+def _aggregate(how: str, field: str) -> str:
+    value = f"get_json_object({METRICS_COL}, '$.{field}')"
     if how == "sum":
-        agg = F.round(F.sum(value.cast("double"))).cast("long")
+        agg = f"CAST(round(sum(CAST({value} AS DOUBLE))) AS BIGINT)"
     elif how == "max":
-        agg = F.max(value.cast("long"))
+        agg = f"max(CAST({value} AS BIGINT))"
     elif how == "count":
-        agg = F.count(c)
+        agg = f"count({METRICS_COL})"
     else:  # count_load: partitions whose state was loaded this way
-        agg = F.count(F.when(F.get_json_object(c, "$.load") == F.lit(field), F.lit(1)))
-    return F.coalesce(agg, F.lit(0).cast("long")).alias(name)
+        agg = f"count(CASE WHEN get_json_object({METRICS_COL}, '$.load') = '{field}' THEN 1 END)"
+    return f"coalesce({agg}, CAST(0 AS BIGINT))"
+
+
+def _expr(df: DataFrame, sql: str, name: str) -> Any:
+    """A Column of ``df``'s own kind (classic or Connect, which may share a process): the
+    module-level functions pick one by a process-wide switch, not by the DataFrame."""
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        from pyspark.sql.connect import functions as fns
+    else:
+        from pyspark.sql import functions as fns
+    return fns.expr(sql).alias(name)
 
 
 def observe_state(df: DataFrame, operator_id: str) -> DataFrame:
     """``df`` (tasks' output with metrics rows) observed under ``observed_name(operator_id)``,
-    then without the metrics rows and column."""
-    aggs = [_aggregate(name, how, field) for name, (how, field) in SPARK_FIELDS.items()]
-    aggs.append(F.coalesce(F.max(F.get_json_object(F.col(METRICS_COL), "$.batch")
-                                 .cast("long")), F.lit(-1).cast("long")).alias("batchId"))
+    then without the metrics rows and column. Written as SQL text, like routing.py."""
+    aggs = [_expr(df, _aggregate(how, field), name)
+            for name, (how, field) in SPARK_FIELDS.items()]
+    aggs.append(_expr(df, f"coalesce(max(CAST(get_json_object({METRICS_COL}, '$.batch') AS "
+                          f"BIGINT)), CAST(-1 AS BIGINT))", "batchId"))
     return (df.observe(observed_name(operator_id), *aggs)
-            .filter(F.col(METRICS_COL).isNull())
+            .filter(f"{METRICS_COL} IS NULL")
             .drop(METRICS_COL))
