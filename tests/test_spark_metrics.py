@@ -146,3 +146,41 @@ def test_observed_metrics_reads_every_progress_form():
     assert observed_metrics({"observedMetrics": {name: connect_form}}, "op") == body
     assert observed_metrics({"observedMetrics": {}}, "op") is None
     assert observed_metrics(None, "op") is None
+
+
+WIDE = ("user bigint, ts timestamp, ok boolean, xs array<bigint>, s struct<a: int, b: string>, "
+        "m map<string, int>, d decimal(10, 2), day date, b binary")
+
+
+def wide_row(user, rows, ctx):
+    import datetime as dt
+    from decimal import Decimal
+
+    ctx.state("count").update(len(rows))
+    return [(user, dt.datetime(2024, 1, 1, 12), True, [1, 2], (1, "x"), {"k": 1},
+             Decimal("1.50"), dt.date(2024, 1, 2), b"ab")]
+
+
+def test_the_metrics_row_passes_every_output_type_and_leaves_the_output_as_declared(
+        spark, tmp_path):
+    source = str(tmp_path / "in")
+    os.makedirs(source)
+    pd.DataFrame({"user": [1, 2, 3], "t_ms": [1, 2, 3]}).to_parquet(
+        os.path.join(source, "a.parquet"), index=False)
+    stream = spark.readStream.schema("user bigint, t_ms bigint").parquet(source)
+    out = apply_with_state(stream, "user", wide_row, WIDE, [COUNT], str(tmp_path / "state"),
+                           num_partitions=2, operator_id="wide")
+    declared = spark.createDataFrame([], WIDE).schema
+    # the same fields and types; only nullability may differ (the metrics row has no values)
+    assert [(f.name, f.dataType) for f in out.schema] == \
+        [(f.name, f.dataType) for f in declared]
+    query = (out.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "query"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    rows = sorted(spark.read.parquet(str(tmp_path / "out")).collect())
+    assert [r.user for r in rows] == [1, 2, 3]
+    assert all(r.xs == [1, 2] and r.s.b == "x" and r.m == {"k": 1} and bytes(r.b) == b"ab"
+               for r in rows)
+    seen = observed_metrics(query.lastProgress, "wide")
+    assert seen["numRowsUpdated"] == 3 and seen["numStateStoreInstances"] == 2
