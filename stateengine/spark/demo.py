@@ -113,7 +113,7 @@ class Progress:
 def state_part(m: Any) -> str:
     """The batch's state metrics (stateengine.spark.state_metrics) in one line part."""
     t = m.totals
-    loads = ",".join(f"{kind} {n}" for kind, n in sorted(t["loads"].items()))
+    loads = ", ".join(f"{kind} {n}" for kind, n in sorted(t["loads"].items()))
     return (f"state | {t['keys']:>6} keys | {t['live_bytes'] / 1e6:6.2f} MB | "
             f"{t['rows_written']:>6} rows written | {t['timers_fired']:>5} timers fired | "
             f"commit {t['commit_ms']:4.0f} ms | load {loads}")
