@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stateengine import BackendClosedError, KeyedStateBackend, ValueStateDescriptor
+from stateengine import (BackendClosedError, KeyedStateBackend, MapStateDescriptor,
+                         ValueStateDescriptor)
 
 FIELDS = {"estimated_keys", "live_sst_bytes", "sst_files", "memtable_bytes",
           "table_reader_bytes", "pending_compaction_bytes", "pinned_bytes", "states",
@@ -64,6 +65,12 @@ def test_row_counters_count_state_rows_not_timers_or_raw_access(tmp_path):
         backend._raw_put(0, b"raw-key", b"raw-value")
         backend._raw_get(0, b"raw-key")
         assert rows() == (7, 5, 1)
+        # iterating a map state reads a row per entry it yields
+        m = backend.get_state(MapStateDescriptor("m", user_key_type=str, value_type=int))
+        backend.set_current_key(3)
+        m.put_all({"a": 1, "b": 2, "c": 3})
+        assert sorted(m.keys()) == ["a", "b", "c"]
+        assert rows() == (10, 8, 1)
         assert backend.metrics()["block_cache_bytes"] > 0  # memtables are charged to the cache
     finally:
         backend.dispose()
