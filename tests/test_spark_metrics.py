@@ -40,6 +40,8 @@ def events(files=3, rows=30, users=8, seed=4):
 
 
 def test_foreach_batch_path_reads_each_batch_from_state_metrics(spark, tmp_path):
+    """The foreachBatch pattern: batch DataFrames with explicit batch ids, no observation;
+    the driver reads each batch's metrics from the checkpoint."""
     ck = str(tmp_path / "state")
     data = events()
     for b, pdf in enumerate(data):
