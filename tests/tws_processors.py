@@ -241,3 +241,19 @@ class RunningTotals(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class RowCounts(StatefulProcessor):
+    """The Row flavour at its smallest: a count per key, one Row per key and batch."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: TimerValues) -> Iterator[Row]:
+        n = (self.count.get() or (0,))[0] + sum(1 for _ in rows)
+        self.count.update((n,))
+        yield Row(user=key[0], count=n)
+
+    def close(self) -> None:
+        pass

@@ -97,6 +97,26 @@ def metrics_frame(columns: list[str], task: Any) -> pd.DataFrame:
     return pd.DataFrame(row, columns=[*columns, METRICS_COL])
 
 
+def tagged_arrow(batches: Iterator[Any], schema: Any) -> Iterator[Any]:
+    """The Arrow flavour of ``tagged``: each RecordBatch with an empty metrics column, under
+    ``schema`` (the Arrow form of ``internal_schema``)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
+
+
+def metrics_batch(schema: Any, task: Any) -> Any:
+    """The Arrow flavour of ``metrics_frame``, under ``schema`` (as in ``tagged_arrow``)."""
+    import pyarrow as pa
+
+    row = metrics_frame([], task)[METRICS_COL].iloc[0]
+    return pa.RecordBatch.from_arrays(
+        [pa.nulls(1, f.type) for f in list(schema)[:-1]] + [pa.array([row], pa.string())],
+        schema=schema)
+
+
 def _aggregate(how: str, field: str) -> str:
     value = f"get_json_object({METRICS_COL}, '$.{field}')"
     if how == "sum":

@@ -44,7 +44,8 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, check_no_null_keys, \
     key_codecs_for, key_columns, partition_rows, quote, route
-from .metrics import internal_schema, metrics_frame, observe_state, tagged
+from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
+    tagged_arrow
 from .runtime import TaskState, guarded
 
 OUTPUT_MODES = ("append", "update")
@@ -311,6 +312,17 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
         def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             yield from guarded(cfg, lambda task: job.run_pandas(task, batches))
         return routed.mapInPandas(run, out)
+
+    if df.isStreaming:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        inner = internal_schema(out)
+        arrow = to_arrow_schema(inner)
+
+        def run_arrow_observed(batches: Iterator[Any]) -> Iterator[Any]:
+            yield from guarded(cfg, lambda task: tagged_arrow(job.run_rows(task, batches), arrow),
+                               lambda task: [metrics_batch(arrow, task)])
+        return observe_state(routed.mapInArrow(run_arrow_observed, inner), operator_id)
 
     def run_arrow(batches: Iterator[Any]) -> Iterator[Any]:
         yield from guarded(cfg, lambda task: job.run_rows(task, batches))
