@@ -509,6 +509,22 @@ bool KeyBatch::BuildRows(const BatchTarget& t, const ColumnView& keys,
   return true;
 }
 
+namespace {
+
+// A batch put counts like the scalar calls it stands for: a row per element (per group when
+// the caller already reduced the batch to one value per key), a None value as a delete.
+void CountPutRows(StateDB* db, const KeyBatch& batch, const ColumnView& values, bool per_group) {
+  const size_t rows = per_group ? batch.groups() : batch.rows();
+  uint64_t deletes = 0;
+  if (values.is_null != nullptr) {
+    for (size_t r = 0; r < rows; ++r) deletes += values.is_null[r] != 0;
+  }
+  db->CountWrites(rows - deletes);
+  db->CountDeletes(deletes);
+}
+
+}  // namespace
+
 rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const ColumnView& values,
                          Codec value_codec, bool map_values, bool per_group, BatchError* err) {
   const TtlState* ttl = db->ttl(cf).get();
@@ -543,7 +559,9 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
       }
       if (!st.ok()) return st;
     }
-    return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    rocksdb::Status st = wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    if (st.ok()) CountPutRows(db, batch, values, per_group);
+    return st;
   });
 }
 
@@ -599,7 +617,9 @@ rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
       }
       if (!st.ok()) return st;
     }
-    return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    rocksdb::Status st = wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    if (st.ok()) db->CountWrites(batch.rows());
+    return st;
   });
 }
 
@@ -628,13 +648,18 @@ rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
       rocksdb::Status st = wb.Merge(h, batch.group_key(g), joined);
       if (!st.ok()) return st;
     }
-    return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    rocksdb::Status st = wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
+    if (st.ok()) db->CountWrites(batch.rows());
+    return st;
   });
 }
 
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
                          bool write_back) {
-  return GetGroups(db, cf, batch, write_back ? GroupRead::kRead : GroupRead::kReadOnly, out);
+  rocksdb::Status st =
+      GetGroups(db, cf, batch, write_back ? GroupRead::kRead : GroupRead::kReadOnly, out);
+  if (st.ok()) db->CountReads(batch.rows());
+  return st;
 }
 
 rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,

@@ -478,7 +478,9 @@ rocksdb::Status StateDB::PutMany(int cf, const std::vector<std::string>& keys,
       }
       if (!st.ok()) return st;
     }
-    return db_->Write(write_options_, &batch);
+    rocksdb::Status st = db_->Write(write_options_, &batch);
+    if (st.ok()) CountWrites(keys.size());
+    return st;
   });
 }
 
@@ -496,7 +498,10 @@ rocksdb::Status StateDB::DeletePrefix(int cf, const std::string& prefix) {
       if (!st.ok()) return st;
     }
     if (!it->status().ok()) return it->status();
-    return batch.Count() == 0 ? rocksdb::Status::OK() : db_->Write(write_options_, &batch);
+    if (batch.Count() == 0) return rocksdb::Status::OK();
+    rocksdb::Status st = db_->Write(write_options_, &batch);
+    if (st.ok()) CountDeletes(batch.Count());
+    return st;
   });
 }
 

@@ -200,6 +200,15 @@ class StateDB {
   rocksdb::Status CompactAll();
   // RocksDB's estimate of live keys over all column families (no scan).
   uint64_t EstimateNumKeys() const;
+  // Rows the state handles read, wrote and deleted since the instance opened (one per element
+  // of a batch call). The handles count, not Get/Put: timers, restores and raw access go
+  // through the same calls and are not state rows. Relaxed: a count, not a synchronisation.
+  void CountReads(uint64_t n) { rows_read_.fetch_add(n, std::memory_order_relaxed); }
+  void CountWrites(uint64_t n) { rows_written_.fetch_add(n, std::memory_order_relaxed); }
+  void CountDeletes(uint64_t n) { rows_deleted_.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t rows_read() const { return rows_read_.load(std::memory_order_relaxed); }
+  uint64_t rows_written() const { return rows_written_.load(std::memory_order_relaxed); }
+  uint64_t rows_deleted() const { return rows_deleted_.load(std::memory_order_relaxed); }
   const rocksdb::WriteOptions& write_options() const { return write_options_; }
   // Options for writing SST files that this column family ingests into its bottommost level
   // (restores into an empty column family).
@@ -248,6 +257,9 @@ class StateDB {
   rocksdb::ReadOptions read_options_;
   rocksdb::WriteOptions nowait_write_options_;
   rocksdb::ReadOptions nowait_read_options_;
+  std::atomic<uint64_t> rows_read_{0};
+  std::atomic<uint64_t> rows_written_{0};
+  std::atomic<uint64_t> rows_deleted_{0};
 };
 
 // The smallest key greater than every key starting with prefix ("" if there is none).

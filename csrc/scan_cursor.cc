@@ -29,6 +29,14 @@ ScanCursor::ScanCursor(StateDB* db, int cf, std::string lower, std::string upper
 ScanCursor::~ScanCursor() { Unpin(); }
 
 rocksdb::Status ScanCursor::Next(size_t limit, std::vector<KeyValue>* out, bool* done) {
+  const size_t before = out->size();
+  rocksdb::Status st = Fill(limit, out, done);
+  // A state's iteration reads rows (metrics); scans of tools and readers do not count.
+  if (access_ && it_ && out->size() > before) db_->CountReads(out->size() - before);
+  return st;
+}
+
+rocksdb::Status ScanCursor::Fill(size_t limit, std::vector<KeyValue>* out, bool* done) {
   *done = true;
   if (!it_) return rocksdb::Status::Aborted("the scan's backend was closed");
   if (!status_.ok()) return status_;

@@ -35,6 +35,8 @@ class ScanCursor : public DbPin {
   void FreePinned() override { it_.reset(); }
 
  private:
+  // Next's work, without the counting of rows read.
+  rocksdb::Status Fill(size_t limit, std::vector<KeyValue>* out, bool* done);
   // Appends the entry under the iterator to out if a read sees it, and queues what the read
   // leaves behind; *taken says whether it was appended.
   rocksdb::Status TakeTtl(std::vector<KeyValue>* out, rocksdb::WriteBatch* writes, bool* taken);

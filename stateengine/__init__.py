@@ -24,6 +24,7 @@ from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointN
 from .functions import AggregateFunction
 from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
+from .metrics import StateMetrics, version_metrics
 from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
                         operator_for_key_group, spark_hash)
 from .operator_state import OperatorListState, OperatorStateBackend
@@ -36,6 +37,7 @@ from .ttl import StateTtlConfig, StateVisibility, UpdateType
 __version__ = "0.1.0"
 
 __all__ = [
+    "StateMetrics", "version_metrics",
     "AggregateFunction", "AggregatingState", "CheckpointStorage", "OperatorListState",
     "OperatorStateBackend", "StateStore", "StateStoreProvider", "StoreState", "Timer",
     "TimerService", "AggregatingStateDescriptor", "BackendClosedError",

@@ -213,10 +213,13 @@ cdef class NativeBackend:
         finally:
             self._leave()
         check_status(st)
-        return {"estimated_keys": m.estimated_keys, "live_sst_bytes": m.live_sst_bytes,
+        return {"estimated_keys": m.estimated_keys, "state_keys": m.state_keys,
+                "timers": m.timers, "live_sst_bytes": m.live_sst_bytes,
                 "sst_files": m.sst_files, "memtable_bytes": m.memtable_bytes,
                 "table_reader_bytes": m.table_reader_bytes, "pinned_bytes": m.pinned_bytes,
-                "pending_compaction_bytes": m.pending_compaction_bytes}
+                "pending_compaction_bytes": m.pending_compaction_bytes,
+                "block_cache_bytes": m.block_cache_bytes, "rows_read": m.rows_read,
+                "rows_written": m.rows_written, "rows_deleted": m.rows_deleted}
 
     cdef inline int check_key(self) except -1:
         if self._closed:

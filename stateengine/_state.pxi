@@ -107,8 +107,10 @@ cdef class NativeState:
         if st.IsIncomplete():
             st = self._blocking(OP_GET, key[0], b"", pin)
         if st.ok():
+            self._backend._db.get().CountReads(1)
             return 1
         if st.IsNotFound():
+            self._backend._db.get().CountReads(1)
             return 0
         return check_status(st)
 
@@ -119,6 +121,8 @@ cdef class NativeState:
                                                CSlice(value.data(), value.size()))
         if st.IsIncomplete():
             st = self._blocking(OP_PUT, key[0], value[0], NULL)
+        if st.ok():
+            self._backend._db.get().CountWrites(1)
         return check_status(st)
 
     cdef int _merge(self, const string* key, const string* value) except -1:
@@ -128,6 +132,8 @@ cdef class NativeState:
                                                  CSlice(value.data(), value.size()))
         if st.IsIncomplete():
             st = self._blocking(OP_MERGE, key[0], value[0], NULL)
+        if st.ok():
+            self._backend._db.get().CountWrites(1)
         return check_status(st)
 
     cdef int _delete(self, const string* key) except -1:
@@ -136,6 +142,8 @@ cdef class NativeState:
         st = self._backend._db.get().DeleteNoWait(self._cf, CSlice(key.data(), key.size()))
         if st.IsIncomplete():
             st = self._blocking(OP_DELETE, key[0], b"", NULL)
+        if st.ok():
+            self._backend._db.get().CountDeletes(1)
         return check_status(st)
 
     cdef CStatus _blocking(self, int op, string key, string value, CPinnableSlice* pin):

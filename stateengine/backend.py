@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Any, Iterator, overload
+from typing import Any, Callable, Iterator, overload
 
 from typing import Sequence
 
@@ -400,7 +400,8 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def checkpoint(self, checkpoint_id: int, target: CheckpointStorage | str | os.PathLike,
                    private_dir: str | None = None, manifest_path: str | None = None,
-                   shared_dir: str = "shared", extra: dict | None = None,
+                   shared_dir: str = "shared",
+                   extra: dict | Callable[[dict], dict] | None = None,
                    hmac_key: bytes | str | None = None) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
@@ -493,11 +494,16 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def metrics(self) -> dict[str, int]:
         """What this backend holds now, from RocksDB's own figures (nothing is scanned):
-        ``estimated_keys`` (entries over every state, RocksDB's estimate), ``live_sst_bytes``
+        ``estimated_keys`` (entries over every state, RocksDB's estimate; ``state_keys`` of
+        the user's states, ``timers`` of the timer families), ``live_sst_bytes``
         and ``sst_files`` (the files a checkpoint would reference), ``memtable_bytes`` (not yet
         flushed), ``table_reader_bytes`` (index and filter blocks outside the cache),
         ``pending_compaction_bytes``, ``pinned_bytes`` (pinned in the block cache, which all
-        backends of the process share) and ``states`` (registered states and timers)."""
+        backends of the process share), ``block_cache_bytes`` (that cache's usage, memtables
+        included), ``rows_read``/``rows_written``/``rows_deleted`` (rows the state handles
+        read, wrote and deleted since the backend opened, one per element of a batch call;
+        timers, restores and raw access do not count) and ``states`` (registered states and
+        timers)."""
         m = self._native_metrics()
         m["states"] = len(self._cf_index)
         return m

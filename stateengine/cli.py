@@ -10,6 +10,8 @@
     stateengine dump     CHECKPOINT --operator OP --timers [--version V] [--limit N]
                                                          event- and processing-time timers
     stateengine meta     SNAPSHOT_FILE                   the meta block of a full snapshot
+    stateengine stats    CHECKPOINT [--operator OP] [--version V] [--json]
+                                                         state metrics a version recorded
 
 CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without --version the
 newest version is used; if it is damaged that is an error, never a quiet fall back to an older one.
@@ -359,6 +361,36 @@ def cmd_meta(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stats_line(m: dict[str, Any]) -> str:
+    return (f"keys {m.get('keys', 0)}, live {m.get('live_bytes', 0) / 1e6:.2f} MB in "
+            f"{m.get('files', 0)} file(s), memory {m.get('memory_bytes', 0) / 1e6:.2f} MB, rows "
+            f"read/written/deleted {m.get('rows_read', 0)}/{m.get('rows_written', 0)}/"
+            f"{m.get('rows_deleted', 0)}, timers fired {m.get('timers_fired', 0)}, commit "
+            f"{m.get('commit_ms', 0):.0f} ms, uploaded {m.get('bytes_uploaded', 0) / 1e6:.2f} MB "
+            f"in {m.get('files_uploaded', 0)} file(s) ({m.get('files_reused', 0)} reused)")
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .metrics import version_metrics
+
+    stats = version_metrics(_storage(args), args.version, args.operator, _key(args))
+    if args.json:
+        print(json.dumps(stats.to_dict(), indent=2, sort_keys=True))
+        return 0
+    print(f"operator {stats.operator} version {stats.version} "
+          f"({stats.num_partitions} partition(s))")
+    for p, m in sorted(stats.partitions.items()):
+        if m is None:
+            print(f"  partition {p:>5}: no metrics (written before commits recorded them)")
+        else:
+            print(f"  partition {p:>5}: {_stats_line(m)}; load {m.get('load')} "
+                  f"{m.get('load_ms', 0):.0f} ms")
+    totals = stats.totals
+    print(f"  total          : {_stats_line(totals)}; block cache "
+          f"{totals['block_cache_bytes'] / 1e6:.2f} MB; loads {totals['loads']}")
+    return 0
+
+
 _VERBOSE_HELP = "log more on stderr through the stateengine logger (-v info, -vv debug)"
 _OLD_VERSION_FORM = re.compile(r"^-v(\d+)$")
 
@@ -408,6 +440,18 @@ def build_parser() -> argparse.ArgumentParser:
                                  "for checkpoints you trust); without it they print as "
                                  "{\"pickled\": base64, \"bytes\": n}")
         sp.set_defaults(fn=fn)
+    sp = sub.add_parser("stats", help="state metrics a stored version recorded",
+                        description="print the state metrics a stored version recorded")
+    sp.add_argument("checkpoint", help="checkpoint directory or pyarrow.fs URI")
+    sp.add_argument("--operator", default=None,
+                    help="operator id (default: the checkpoint's only operator)")
+    sp.add_argument("--version", type=int, default=None,
+                    help="version to read (default: the newest; batch N commits version N+1)")
+    sp.add_argument("--key-file", default=None,
+                    help="file holding the checkpoint key (default: $STATEENGINE_CHECKPOINT_KEY)")
+    sp.add_argument("--json", action="store_true",
+                    help="print partitions, totals and Spark-style sums as JSON")
+    sp.set_defaults(fn=cmd_stats)
     sp = sub.add_parser("meta", help="print the meta block of a full snapshot file as JSON",
                         description="print the meta block of a full snapshot file as JSON")
     sp.add_argument("file", help="a full snapshot's data file (local path)")

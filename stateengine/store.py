@@ -30,6 +30,7 @@ from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapSt
                           ValueStateDescriptor, check_no_pickle)
 from .errors import CheckpointNotFoundError, IllegalStoreStateError, StateEngineError
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+from .metrics import batch_metrics, row_counts
 
 if TYPE_CHECKING:
     from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
@@ -130,21 +131,25 @@ class StateStoreProvider:
         started = time.perf_counter()
         retries = self.storage.retries
         reused = self._backend is not None and self._backend_version == version
+        kind = "reused"
         if not reused:
             self._drop_backend()
-            self._backend = self._load(version)
+            self._backend, kind = self._load(version)
         self._backend_version = None  # dirty until committed
         self._backend._unseal()
-        self.last_load = {"version": version, "reused": reused,
+        self.last_load = {"version": version, "reused": reused, "kind": kind,
                           "seconds": time.perf_counter() - started,
                           "retries": self.storage.retries - retries}
         return StateStore(self, version, self._backend)
 
-    def _load(self, version: int) -> KeyedStateBackend:
+    def _load(self, version: int) -> tuple[KeyedStateBackend, str]:
+        """(backend holding version, "empty" or "restored")."""
         os.makedirs(self._local_root, exist_ok=True)
         path = os.path.join(self._local_root, f"{self.operator_id}-p{self.partition_id}-of-"
                                               f"{self.num_partitions}-{uuid.uuid4().hex[:12]}")
+        kind = "restored"
         if version == 0 or self._begins_at(version):
+            kind = "empty"
             self._first_version = version
             backend = KeyedStateBackend(path, self.max_parallelism, self.key_group_range,
                                         self.key_type, allow_pickle=self.allow_pickle)
@@ -158,7 +163,7 @@ class StateStoreProvider:
                 allow_pickle=self.allow_pickle, hmac_key=self.hmac_key)
         backend.operator_state.operator_index = self.partition_id
         backend.operator_state.parallelism = self.num_partitions
-        return backend
+        return backend, kind
 
     def _begins_at(self, version: int) -> bool:
         """Whether ``version`` is where this operator's state begins (empty)."""
@@ -204,6 +209,8 @@ class StateStore:
         self._backend = backend
         self.state = StoreState.UPDATING
         self.metrics: dict[str, Any] = {}
+        self._start_counts = row_counts(backend)  # this version's rows and timers start here
+        self._opened = time.perf_counter()
 
     def __repr__(self) -> str:
         p = self._provider
@@ -254,6 +261,19 @@ class StateStore:
         started = time.perf_counter()
         retries = p.storage.retries  # storage calls retried during this commit (retry.py)
         attempt = uuid.uuid4().hex[:12]
+        sealed: dict[str, Any] = {}
+
+        def seal(stats: dict[str, Any]) -> dict[str, Any]:
+            # Called with the upload figures just before the manifest is written, so the
+            # manifest carries the batch's metrics under its checksum.
+            sealed.update(batch_metrics(
+                self._backend, self._start_counts, p.last_load, stats,
+                (started - self._opened) * 1e3, (time.perf_counter() - started) * 1e3,
+                p.storage.retries - retries))
+            return {"created_at": int(time.time() * 1000), "version": new_version,
+                    "partition": p.partition_id, "num_partitions": p.num_partitions,
+                    "operator": p.operator_id, "metrics": dict(sealed)}
+
         try:
             codecs = self._backend.key_codecs
             p.catalog.write_properties(p.max_parallelism, list(codecs) if codecs else None,
@@ -263,9 +283,7 @@ class StateStore:
                 private_dir=p.catalog.private_dir(new_version, p.partition_id, p.num_partitions, attempt),
                 manifest_path=p.catalog.manifest_path(new_version, p.partition_id, p.num_partitions),
                 shared_dir=p.catalog.shared_dir,
-                extra={"created_at": int(time.time() * 1000), "version": new_version,
-                       "partition": p.partition_id, "num_partitions": p.num_partitions,
-                       "operator": p.operator_id},
+                extra=seal,
                 hmac_key=p.hmac_key,
             ).result()
         except BaseException:
@@ -298,6 +316,7 @@ class StateStore:
             "load_reused_backend": p.last_load.get("reused", False),
             "load_seconds": p.last_load.get("seconds", 0.0),
             "load_retries": p.last_load.get("retries", 0),
+            "state": sealed,  # what the manifest carries (stateengine/metrics.py)
         }
         return new_version
 

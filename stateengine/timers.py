@@ -112,6 +112,7 @@ class TimerService:
         self._watermark = _MIN_TS
         self._processing_time = _MIN_TS
         self._firing: dict[str, _Firing] = {}
+        self.timers_fired = 0  # since the backend opened; the Spark layer reports per batch
 
     def _cf(self, name: str) -> int:
         return self._backend._internal_cf(name, TIMER_META)
@@ -195,6 +196,7 @@ class TimerService:
                 ts, key, ns = firing.pop()
                 firing.firing_at = ts
                 self._backend.set_current_key(key)
+                self.timers_fired += 1
                 yield Timer(ts, key, ns)
         finally:
             if outer is None:

@@ -23,16 +23,37 @@ def run_demo(ck, batches, *extra):
     return [int(m) for m in re.findall(r"^batch\s+(\d+) \|", proc.stdout, re.M)], proc.stdout
 
 
+STATE = re.compile(r"^batch\s+(\d+) \|.*\| state \|\s+(\d+) keys \|\s+([\d.]+) MB \|\s+(\d+) rows "
+                   r"written \|\s+(\d+) timers fired \| commit\s+(\d+) ms \| load (.+)$", re.M)
+
+
+def state_figures(out):
+    """batch id -> (keys, MB, rows written, timers fired, commit ms, loads) of each line."""
+    return {int(m[0]): (int(m[1]), float(m[2]), int(m[3]), int(m[4]), int(m[5]), m[6])
+            for m in STATE.findall(out)}
+
+
 def test_demo_runs_and_resumes(tmp_path):
     ck = str(tmp_path / "demo")
     first, out1 = run_demo(ck, 3)
     assert first == [0, 1, 2], out1
     assert "done: 3 batches" in out1
+    state = state_figures(out1)
+    assert sorted(state) == [0, 1, 2], out1  # every batch line carries its state metrics
+    assert state[0][5] == "empty 2"  # the first batch starts both partitions from empty state
+    keys, _, _, _, commit_ms, _ = state[2]
+    assert keys > 0 and commit_ms >= 0, out1  # users' states exist by the third batch
+    assert sum(written for _, _, written, *_ in state.values()) > 0, out1
     second, out2 = run_demo(ck, 2)
     assert second == [3, 4], out2  # Structured Streaming resumes; state continues at version 3
     assert "run the same command again to resume from batch 5" in out2
     sessions = re.search(r"(\d+) sessions closed so far", out2)
     assert sessions and int(sessions.group(1)) > 0
+    state = state_figures(out2)
+    assert sorted(state) == [3, 4], out2
+    # the restarted query restores batch 3's state from the checkpoint
+    assert state[3][5] == "restored 2", out2
+    assert state[3][0] > 0, out2  # and it holds the users' state
 
 
 def test_demo_keeps_its_state_on_a_local_s3_server_it_starts(tmp_path):
@@ -41,6 +62,7 @@ def test_demo_keeps_its_state_on_a_local_s3_server_it_starts(tmp_path):
     batches, out = run_demo("s3://demo-bucket/run", 2, "--local-s3", "--work-dir",
                             str(tmp_path / "work"))
     assert batches == [0, 1], out
+    assert sorted(state_figures(out)) == [0, 1], out  # read back from the S3 checkpoint
     assert re.search(r"local S3 server \(moto\) on 127\.0\.0\.1:\d+, bucket demo-bucket", out)
     assert "checkpoint s3://demo-bucket/run" in out
     objects = re.search(r"state on s3://demo-bucket/run: (\d+) objects", out)

@@ -209,3 +209,44 @@ def test_row_flavour_with_initial_state_and_processing_time_timer(spark, rows_in
 
 def test_row_flavour_on_spark_connect(connect, rows_in_spark, tmp_path):
     assert_same(rows_in_spark, _replay_rows(connect, rows_in_spark, str(tmp_path / "state")))
+
+
+@pytest.mark.parametrize("flavour", ["row", "pandas"])
+def test_processors_in_a_query_report_state_metrics_in_its_progress(spark, tmp_path, flavour):
+    """Both flavours add their tasks' metrics rows, observed as ``stateengine.<operator>``
+    and dropped: the output is the processor's, the progress holds what the commits sealed."""
+    from stateengine.spark import observed_metrics, state_metrics
+
+    source = tmp_path / "in"
+    source.mkdir()
+    data = [pd.DataFrame({"user": ["a", "b", "a"], "amount": [1.0, 2.0, 3.0]}),
+            pd.DataFrame({"user": ["b", "c"], "amount": [4.0, 5.0]})]
+    for i, pdf in enumerate(data):
+        pdf.to_parquet(source / f"part-{i}.parquet", index=False)
+    stream = spark.readStream.schema("user string, amount double") \
+        .option("maxFilesPerTrigger", 1).parquet(str(source))
+    state = str(tmp_path / "state")
+    if flavour == "row":
+        out = transform_with_state(stream, P.RowCounts(), ["user"],
+                                   "user string, count long, at timestamp",
+                                   state, num_partitions=2, operator_id="tws")
+    else:
+        out = transform_with_state_in_pandas(stream, P.RunningTotals(), ["user"],
+                                             "user string, count long, total double", state,
+                                             num_partitions=2, operator_id="tws")
+    query = (out.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "query"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(240)
+    assert query.exception() is None
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.user, r["count"]) for r in rows) == [("a", 2), ("b", 1), ("b", 2),
+                                                           ("c", 1)]
+    if flavour == "row":
+        assert all(r.at.second == r["count"] for r in rows)
+    progress = [p for p in query.recentProgress if observed_metrics(p, "tws") is not None]
+    assert [observed_metrics(p, "tws")["numRowsUpdated"] for p in progress] == [2, 2]
+    for p in progress:
+        seen = observed_metrics(p, "tws")
+        assert seen.pop("batchId") == p.batchId
+        assert seen == state_metrics(state, p.batchId, "tws").spark

@@ -8,6 +8,7 @@ reported sorted, as Spark's iteration order is its own RocksDB key order.
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any, Iterator
 
@@ -238,6 +239,23 @@ class RunningTotals(StatefulProcessor):
             total += float(pdf["amount"].sum())
         self.acc.update((count, total))
         yield pd.DataFrame({"user": [key[0]], "count": [count], "total": [total]})
+
+    def close(self) -> None:
+        pass
+
+
+class RowCounts(StatefulProcessor):
+    """The Row flavour at its smallest: a count per key, one Row per key and batch (with a
+    timestamp column, which crosses Arrow with a time zone)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: TimerValues) -> Iterator[Row]:
+        n = (self.count.get() or (0,))[0] + sum(1 for _ in rows)
+        self.count.update((n,))
+        yield Row(user=key[0], count=n, at=datetime.datetime(2026, 1, 1, 0, 0, n))
 
     def close(self) -> None:
         pass

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from typing import Callable
 
 from .. import _native
 from ..errors import SnapshotCancelledError
@@ -67,7 +68,7 @@ class IncrementalCheckpointer:
 
     def checkpoint(self, checkpoint_id: int, storage: CheckpointStorage, private_dir: str,
                    manifest_path: str | None = None, shared_dir: str = "shared",
-                   extra: dict | None = None,
+                   extra: dict | Callable[[dict], dict] | None = None,
                    hmac_key: bytes | None = None) -> AsyncSnapshot[IncrementalHandle]:
         backend = self._backend
         for rel in (private_dir, shared_dir, manifest_path):  # refused before any work
@@ -118,7 +119,9 @@ class IncrementalCheckpointer:
                                            list(key_codecs) if key_codecs else None, key_is_tuple,
                                            shared, private, stats, op_ref)
                 if manifest_path is not None:
-                    write_handle(storage, manifest_path, handle, hmac_key, extra)
+                    # a callable extra sees the upload figures, sealed with the manifest
+                    fields = extra(dict(stats)) if callable(extra) else extra
+                    write_handle(storage, manifest_path, handle, hmac_key, fields)
                 with self._lock:
                     self._completed[checkpoint_id] = handle
                     if manifest_path is not None:

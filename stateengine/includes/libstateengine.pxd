@@ -184,6 +184,9 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus Flush()
         CStatus CompactAll()
         uint64_t EstimateNumKeys()
+        void CountReads(uint64_t)
+        void CountWrites(uint64_t)
+        void CountDeletes(uint64_t)
 
     string CPrefixSuccessor "stateengine::PrefixSuccessor"(const string&)
 
@@ -355,12 +358,18 @@ cdef extern from "rocksdb_floor.h" namespace "stateengine" nogil:
 cdef extern from "db_metrics.h" namespace "stateengine" nogil:
     cdef cppclass CDbMetrics "stateengine::DbMetrics":
         uint64_t estimated_keys
+        uint64_t state_keys
+        uint64_t timers
         uint64_t live_sst_bytes
         uint64_t sst_files
         uint64_t memtable_bytes
         uint64_t table_reader_bytes
         uint64_t pinned_bytes
         uint64_t pending_compaction_bytes
+        uint64_t block_cache_bytes
+        uint64_t rows_read
+        uint64_t rows_written
+        uint64_t rows_deleted
     CStatus CCollectDbMetrics "stateengine::CollectDbMetrics"(CStateDB*, CDbMetrics*)
 
 cdef extern from "row_codec.h" namespace "stateengine" nogil:

@@ -5,6 +5,7 @@ stateful pandas functions there, batch after batch or as a step of a streaming q
 from .apply import apply_with_state, map_with_state
 from .batch import BatchInfo, batch_times
 from .context import BatchContext, GroupContext
+from .metrics import observed_metrics, state_metrics
 from .processor import state_descriptors, transform_with_state, \
     transform_with_state_in_pandas
 from .routing import route, with_routing_columns
@@ -13,7 +14,7 @@ from .state_io import bootstrap_state, read_state
 
 __all__ = ["BatchContext", "BatchInfo", "GroupContext", "apply_with_state", "batch_times",
            "bootstrap_state", "drop_cached", "map_with_state", "mark_batch_committed",
-           "read_state", "route", "state_descriptors", "transform_with_state",
+           "observed_metrics", "read_state", "route", "state_descriptors", "state_metrics", "transform_with_state",
            "transform_with_state_in_pandas", "with_routing_columns"]
 
 

@@ -42,6 +42,7 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM
 from ..times import to_millis
 from .batch import query_storage
 from .context import BatchContext, GroupContext
+from .metrics import internal_schema, metrics_frame, observe_state, tagged
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
@@ -165,10 +166,19 @@ def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
             batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
         return _iter_groups(batches, cfg.key_cols, task.partition_id)
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        yield from guarded(cfg, lambda task: body(task, data(task, batches)))
+    if not df.isStreaming:  # a batch job reads its metrics with state_metrics()
+        def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            yield from guarded(cfg, lambda task: body(task, data(task, batches)))
 
-    return routed.mapInPandas(run, out)
+        return routed.mapInPandas(run, out)
+
+    # In a streaming query each task adds its metrics row, observed into the query's progress
+    # and dropped before anything downstream sees it (spark/metrics.py).
+    def run_observed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        yield from guarded(cfg, lambda task: tagged(body(task, data(task, batches))),
+                           lambda task: [metrics_frame(cfg.output_cols, task)])
+
+    return observe_state(routed.mapInPandas(run_observed, internal_schema(out)), cfg.operator_id)
 
 
 class _Output:

@@ -6,7 +6,9 @@ user, running totals (ValueState, native ReducingState SUM) and the open session
 an event-time timer closes a session once Spark's watermark (``withWatermark``, read by each
 task from the query's offset log) passes its last event plus the gap, and the closed session
 is emitted. The sink writes each micro-batch's output to Parquet, one directory per batch
-(rewritten if a batch is replayed), and prints a line. Stop it and start it again with the same
+(rewritten if a batch is replayed), and prints a line: throughput, then the batch's state
+metrics (``state_metrics``: keys, live bytes, rows written, timers fired, the slowest
+partition's commit time, how each partition's state was loaded). Stop it and start it again with the same
 ``--checkpoint``: the query resumes from its offsets and the state from the last committed
 version.
 
@@ -98,13 +100,23 @@ class Progress:
         self.rows = 0
 
     def line(self, batch_id: int, rows: int, seconds: float, updates: int, closed: int,
-             watermark: int | None, partitions: int) -> None:
+             watermark: int | None, partitions: int, state: Any = None) -> None:
         self.rows += rows
         rate = rows / seconds if seconds > 0 else 0.0
         wm = "-" if watermark is None else time.strftime("%H:%M:%S", time.localtime(watermark / 1000))
         print(f"batch {batch_id:>4} | {rows:>7} rows | {rate:>9,.0f} rows/s | {updates:>6} users "
               f"updated | {closed:>5} sessions closed | watermark {wm} | {partitions} partitions "
-              f"| {seconds:5.2f}s", flush=True)
+              f"| {seconds:5.2f}s" + (f" | {state_part(state)}" if state is not None else ""),
+              flush=True)
+
+
+def state_part(m: Any) -> str:
+    """The batch's state metrics (stateengine.spark.state_metrics) in one line part."""
+    t = m.totals
+    loads = ", ".join(f"{kind} {n}" for kind, n in sorted(t["loads"].items()))
+    return (f"state | {t['keys']:>6} keys | {t['live_bytes'] / 1e6:6.2f} MB | "
+            f"{t['rows_written']:>6} rows written | {t['timers_fired']:>5} timers fired | "
+            f"commit {t['commit_ms']:4.0f} ms | load {loads}")
 
 
 def _join(uri: str, sub: str) -> str:
@@ -133,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from . import apply_with_state, batch_times, mark_batch_committed, read_state
+    from . import apply_with_state, batch_times, mark_batch_committed, read_state, state_metrics
 
     remote = "://" in args.checkpoint and not args.checkpoint.startswith("file://")
     checkpoint = args.checkpoint if remote else os.path.abspath(args.checkpoint)
@@ -186,9 +198,11 @@ def run(args: argparse.Namespace) -> int:
         counts = {r["kind"]: (r["n"], r["events"] or 0) for r in written}
         mark_batch_committed(state_dir, batch_id, args.partitions, "sessions")
         watermark, _ = batch_times(query_dir, batch_id)
+        # what the batch's commits sealed into their manifests, read from the checkpoint
+        state = state_metrics(state_dir, batch_id, "sessions")
         progress.line(batch_id, counts.get("update", (0, 0))[1], time.time() - t0,
                       counts.get("update", (0, 0))[0], counts.get("session", (0, 0))[0],
-                      watermark or None, args.partitions)
+                      watermark or None, args.partitions, state)
         processed.append(batch_id)
 
     query = (sessions.writeStream.foreachBatch(write_batch)

@@ -46,6 +46,8 @@ from ..checkpoint.versions import VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
+from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
+    tagged_arrow
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for, key_columns, \
     quote, route
@@ -312,10 +314,26 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
         routed = routed.sortWithinPartitions(KG_COL, *cols)
     job = _Job(processor, plan, flavour, cols, out, bool(event_col), staged, spark_sorts)
 
+    if flavour == "pandas" and df.isStreaming:  # metrics observed as in apply.run_stateful
+        def run_observed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            yield from guarded(cfg, lambda task: tagged(job.run_pandas(task, batches)),
+                               lambda task: [metrics_frame(out.names, task)])
+        return observe_state(routed.mapInPandas(run_observed, internal_schema(out)),
+                             operator_id)
+
     if flavour == "pandas":
         def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             yield from guarded(cfg, lambda task: job.run_pandas(task, batches))
         return routed.mapInPandas(run, out)
+
+    if df.isStreaming:
+        inner = internal_schema(out)
+        arrow = _arrow_schema(inner)  # the same zone as _RowSink's batches, which it wraps
+
+        def run_arrow_observed(batches: Iterator[Any]) -> Iterator[Any]:
+            yield from guarded(cfg, lambda task: tagged_arrow(job.run_rows(task, batches), arrow),
+                               lambda task: [metrics_batch(arrow, task)])
+        return observe_state(routed.mapInArrow(run_arrow_observed, inner), operator_id)
 
     def run_arrow(batches: Iterator[Any]) -> Iterator[Any]:
         yield from guarded(cfg, lambda task: job.run_rows(task, batches))
@@ -752,19 +770,23 @@ def _column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
     return arrays
 
 
+def _arrow_schema(schema: T.StructType) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:  # pyspark >= 4 requires a zone for TimestampType (Arrow timestamps are UTC)
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # older signature, without the zone
+        return to_arrow_schema(schema)
+
+
 class _RowSink:
     """Collects the Rows handlers yield and hands them to Spark as Arrow batches. The first
     row of each handler's results is checked against the schema (output_schema.py)."""
 
     def __init__(self, schema: T.StructType) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         self.schema = schema
         self.names = schema.names
-        try:  # pyspark >= 4 requires a zone for TimestampType (Arrow timestamps are UTC)
-            self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        except TypeError:  # older signature, without the zone
-            self.arrow_schema = to_arrow_schema(schema)
+        self.arrow_schema = _arrow_schema(schema)
         self.rows: list[dict] = []
 
     def add(self, result: Any) -> Iterator[Any]:

@@ -11,6 +11,7 @@ produces the same committed state.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -25,6 +26,7 @@ from ..times import to_millis
 from .batch import BatchInfo, resolve_batch
 from .user_errors import CallSite
 
+log = logging.getLogger("stateengine")
 _MAX_CACHED = int(os.environ.get("STATEENGINE_MAX_CACHED_PARTITIONS", "16"))
 _cache: "OrderedDict[tuple, StateStoreProvider]" = OrderedDict()
 _cache_lock = threading.Lock()
@@ -172,15 +174,19 @@ class TaskState:
         self.handles = {d.name: self.backend.get_state(d) for d in cfg.descriptors}
 
     def commit(self) -> int:
-        return self.store.commit()
+        version = self.store.commit()
+        log.debug("%s partition %d committed version %d: %s", self.cfg.operator_id,
+                  self.partition_id, version, self.store.metrics.get("state"))
+        return version
 
     def abort(self) -> None:
         self.store.abort()
 
 
-def guarded(cfg: TaskConfig, body: Any) -> Iterator[Any]:
+def guarded(cfg: TaskConfig, body: Any, after_commit: Any = None) -> Iterator[Any]:
     """Runs body(task) (a generator of outputs), committing after the last output and
-    aborting if anything fails."""
+    aborting if anything fails; then yields from ``after_commit(task)`` if given (the task's
+    metrics row, spark/metrics.py)."""
     task = TaskState(cfg)
     committed = False
     try:
@@ -190,3 +196,5 @@ def guarded(cfg: TaskConfig, body: Any) -> Iterator[Any]:
     finally:
         if not committed:
             task.abort()
+    if after_commit is not None:
+        yield from after_commit(task)
