@@ -17,7 +17,7 @@ def run_demo(ck, batches, *extra):
     proc = subprocess.run(
         [sys.executable, "-m", "stateengine.spark.demo", "--checkpoint", ck, "--batches",
          str(batches), "--rows-per-second", "4000", "--users", "300", "--partitions", "2",
-         "--trigger-ms", "1000", "--master", "local[2]", *extra],
+         "--trigger-ms", "1000", "--gap-ms", "1000", "--master", "local[2]", *extra],
         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     return [int(m) for m in re.findall(r"^batch\s+(\d+) \|", proc.stdout, re.M)], proc.stdout
@@ -44,13 +44,18 @@ def test_demo_runs_and_resumes(tmp_path):
     keys, _, _, _, commit_ms, _ = state[2]
     assert keys > 0 and commit_ms >= 0, out1  # users' states exist by the third batch
     assert sum(written for _, _, written, *_ in state.values()) > 0, out1
-    second, out2 = run_demo(ck, 2)
-    assert second == [3, 4], out2  # Structured Streaming resumes; state continues at version 3
-    assert "run the same command again to resume from batch 5" in out2
+    # Three batches: batch 3 replays the range the first run planned, batch 4 holds the rows of
+    # the restart's downtime, and batch 5 runs under a watermark (batch 4's newest event less
+    # 1 s) past the first 6 s burst boundary plus the 1 s gap, since three 1 s triggers and a
+    # restart lie before batch 4: its timers close sessions however fast the machine is (with
+    # two batches and the default 3 s gap that depended on how long the restart took).
+    second, out2 = run_demo(ck, 3)
+    assert second == [3, 4, 5], out2  # Structured Streaming resumes; state continues at version 3
+    assert "run the same command again to resume from batch 6" in out2
     sessions = re.search(r"(\d+) sessions closed so far", out2)
-    assert sessions and int(sessions.group(1)) > 0
+    assert sessions and int(sessions.group(1)) > 0, out2
     state = state_figures(out2)
-    assert sorted(state) == [3, 4], out2
+    assert sorted(state) == [3, 4, 5], out2
     # the restarted query restores batch 3's state from the checkpoint
     assert state[3][5] == "restored 2", out2
     assert state[3][0] > 0, out2  # and it holds the users' state
