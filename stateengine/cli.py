@@ -49,9 +49,10 @@ from .backend import KeyedStateBackend
 from .checkpoint.documents import resolve_key
 from .checkpoint.meta import HEADER, SnapshotMeta
 from .checkpoint.storage import CheckpointStorage
-from .checkpoint.versions import OPERATOR_PROPERTIES, VersionCatalog
+from .checkpoint.versions import VersionCatalog
 from .errors import CheckpointNotFoundError, CorruptionError, StateEngineError
 from .keygroups import KeyGroupRange
+from .metrics import operators
 from .serializers import codec_name, to_json
 from .timers import EVENT_TIME_CF, PROCESSING_TIME_CF
 
@@ -77,18 +78,6 @@ def _storage(args: argparse.Namespace) -> CheckpointStorage:
     return storage
 
 
-def _operators(storage: CheckpointStorage) -> list[str]:
-    """Directories of the root that hold an operator's state."""
-    out = []
-    for info in storage.list_dir(""):
-        if info.type.name == "Directory":
-            names = {i.base_name for i in storage.list_dir(info.base_name)}
-            if OPERATOR_PROPERTIES in names or any(n.startswith("v") and n[1:].isdigit()
-                                                   for n in names):
-                out.append(info.base_name)
-    return sorted(out)
-
-
 def _row_codec(schema: str | None) -> Any:
     return None if schema is None else _native.row_codec(sparktypes.parse_ddl(schema))
 
@@ -99,11 +88,11 @@ def _typed_json(row: Any, value: Any) -> Any:
 
 def _catalog(args: argparse.Namespace) -> VersionCatalog:
     storage = _storage(args)
-    operators = _operators(storage)
-    if args.operator not in operators:
+    present = operators(storage)
+    if args.operator not in present:
         raise CheckpointNotFoundError(
             f"{storage.location} has no operator '{args.operator}' (operators: "
-            f"{', '.join(operators) or 'none'})")
+            f"{', '.join(present) or 'none'})")
     return VersionCatalog(storage, args.operator, _key(args))
 
 
@@ -124,7 +113,7 @@ def _version(args: argparse.Namespace, catalog: VersionCatalog) -> int:
 
 def cmd_versions(args: argparse.Namespace) -> int:
     storage = _storage(args)
-    present = _operators(storage)
+    present = operators(storage)
     if args.operator is not None and args.operator not in present:
         raise CheckpointNotFoundError(f"{storage.location} has no operator '{args.operator}' "
                                       f"(operators: {', '.join(present) or 'none'})")
