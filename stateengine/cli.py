@@ -34,6 +34,7 @@ The version is --version N; the old ``-v N`` still works and warns on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -42,7 +43,7 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 from . import _native, sparktypes
 from .backend import KeyedStateBackend
@@ -241,6 +242,21 @@ def _iso_time(ms: int) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def _reading(handle: Any, allow_pickle: bool) -> Iterator[KeyedStateBackend]:
+    """A read-only backend over one handle's files, in a scratch directory removed after."""
+    scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
+    try:
+        backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [handle],
+                                                     handle.key_group_range, allow_pickle)
+        try:
+            yield backend
+        finally:
+            backend.dispose()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _dump_timers(args: argparse.Namespace, version: int, handles: list[Any]) -> int:
     """Every timer of the version as a JSON line, event-time timers first, in time order
     within each key group. Namespaces that are pickles print as opaque bytes unless
@@ -253,27 +269,18 @@ def _dump_timers(args: argparse.Namespace, version: int, handles: list[Any]) -> 
         kinds = [(cf, kind) for cf, kind in _TIMER_KINDS if cf in present]
         if not kinds:
             continue
-        scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
-        try:
-            backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
-                                                         h.key_group_range, args.allow_pickle)
-            try:
-                for cf_name, kind in kinds:
-                    for raw_key, _ in backend._raw_scan(backend.column_family(cf_name)):
-                        if args.limit is not None and printed >= args.limit:
-                            return 0
-                        kg, ts, key, ns = backend._parse_timer_key(raw_key)
-                        row = _json({"timer": kind, "key_group": kg, "key": key,
-                                     "namespace": _native.decode_for_codec(_ANY_CODEC, ns,
-                                                                           gate),
-                                     "timestamp": ts})
-                        row["time"] = _iso_time(ts)
-                        print(json.dumps(row, ensure_ascii=False))
-                        printed += 1
-            finally:
-                backend.dispose()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with _reading(h, args.allow_pickle) as backend:
+            for cf_name, kind in kinds:
+                for raw_key, _ in backend._raw_scan(backend.column_family(cf_name)):
+                    if args.limit is not None and printed >= args.limit:
+                        return 0
+                    kg, ts, key, ns = backend._parse_timer_key(raw_key)
+                    row = _json({"timer": kind, "key_group": kg, "key": key,
+                                 "namespace": _native.decode_for_codec(_ANY_CODEC, ns, gate),
+                                 "timestamp": ts})
+                    row["time"] = _iso_time(ts)
+                    print(json.dumps(row, ensure_ascii=False))
+                    printed += 1
     logging.getLogger("stateengine").info("version %d: %d timer(s) printed", version, printed)
     return 0
 
@@ -294,40 +301,32 @@ def cmd_dump(args: argparse.Namespace) -> int:
             raise StateEngineError(f"version {version} has no state '{args.state}' (states: {names})")
         has_uk = meta["kind"] in ("map", "sorted_map")
         value_row, uk_row = (_row_codec(meta.get(a)) for a in ("value_schema", "user_key_schema"))
-        scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
-        try:
-            backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [h],
-                                                         h.key_group_range, args.allow_pickle)
-            try:
-                for raw_key, raw_value in backend._raw_scan(backend.column_family(args.state)):
-                    if args.limit is not None and printed >= args.limit:
-                        return 0
-                    kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"],
-                                                               has_uk)
-                    row = _json({"key_group": kg, "key": key,
-                                 "namespace": _native.decode_for_codec(meta["namespace_codec"],
-                                                                       ns, gate)})
-                    if has_uk:
-                        row["user_key"] = (
-                            _typed_json(uk_row, uk_row.decode_bytes(uk)) if uk_row else
-                            _json(_native.decode_for_codec(meta["user_key_codec"], uk, gate)))
-                    if meta.get("ttl"):  # State TTL: the last access time(s) on their own
-                        raw_value, row["last_access_ms"] = _native.split_ttl_value(
-                            meta["kind"], meta["value_codec"], raw_value, value_row)
-                    value = _native.decode_stored_value(meta["kind"], meta["value_codec"],
-                                                        raw_value, gate, value_row)
-                    if value_row is None:
-                        row["value"] = _json(value)
-                    elif meta["kind"] == "list":
-                        row["value"] = [_typed_json(value_row, e) for e in value]
-                    else:
-                        row["value"] = _typed_json(value_row, value)
-                    print(json.dumps(row, ensure_ascii=False))
-                    printed += 1
-            finally:
-                backend.dispose()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with _reading(h, args.allow_pickle) as backend:
+            for raw_key, raw_value in backend._raw_scan(backend.column_family(args.state)):
+                if args.limit is not None and printed >= args.limit:
+                    return 0
+                kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"],
+                                                           has_uk)
+                row = _json({"key_group": kg, "key": key,
+                             "namespace": _native.decode_for_codec(meta["namespace_codec"],
+                                                                   ns, gate)})
+                if has_uk:
+                    row["user_key"] = (
+                        _typed_json(uk_row, uk_row.decode_bytes(uk)) if uk_row else
+                        _json(_native.decode_for_codec(meta["user_key_codec"], uk, gate)))
+                if meta.get("ttl"):  # State TTL: the last access time(s) on their own
+                    raw_value, row["last_access_ms"] = _native.split_ttl_value(
+                        meta["kind"], meta["value_codec"], raw_value, value_row)
+                value = _native.decode_stored_value(meta["kind"], meta["value_codec"],
+                                                    raw_value, gate, value_row)
+                if value_row is None:
+                    row["value"] = _json(value)
+                elif meta["kind"] == "list":
+                    row["value"] = [_typed_json(value_row, e) for e in value]
+                else:
+                    row["value"] = _typed_json(value_row, value)
+                print(json.dumps(row, ensure_ascii=False))
+                printed += 1
     return 0
 
 

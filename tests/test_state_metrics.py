@@ -46,6 +46,18 @@ def run_batch(p, version, keys, deletes=(), timers_due=None):
     return store.commit(), store
 
 
+def one_partition_checkpoint(tmp_path, *batches):
+    """The checkpoint of one partition that ran ``run_batch`` once per (keys, deletes)."""
+    ck = str(tmp_path / "ck")
+    p = provider(ck, str(tmp_path / "local"), 0, 1)
+    try:
+        for version, (keys, deletes) in enumerate(batches):
+            run_batch(p, version, keys, deletes=deletes)
+    finally:
+        p.close()
+    return ck
+
+
 def test_commits_seal_their_batch_metrics(tmp_path):
     ck, local = str(tmp_path / "ck"), str(tmp_path / "local")
     parts = [provider(ck, local, i) for i in range(2)]
@@ -91,12 +103,7 @@ def test_commits_seal_their_batch_metrics(tmp_path):
 
 
 def test_the_seal_covers_the_metrics(tmp_path):
-    ck = str(tmp_path / "ck")
-    p = provider(ck, str(tmp_path / "local"), 0, 1)
-    try:
-        run_batch(p, 0, range(5))
-    finally:
-        p.close()
+    ck = one_partition_checkpoint(tmp_path, (range(5), ()))
     path = os.path.join(ck, "op", "v1", "p00000-of-00001.json")
     doc = json.loads(open(path).read())
     doc["metrics"]["rows_written"] += 1  # a figure changed after sealing
@@ -117,12 +124,7 @@ def test_manifests_without_metrics_still_read(tmp_path):
 
 
 def test_missing_checkpoint_operator_or_version_names_what_exists(tmp_path):
-    ck = str(tmp_path / "ck")
-    p = provider(ck, str(tmp_path / "local"), 0, 1)
-    try:
-        run_batch(p, 0, range(3))
-    finally:
-        p.close()
+    ck = one_partition_checkpoint(tmp_path, (range(3), ()))
     with pytest.raises(CheckpointNotFoundError, match=r"operators: op"):
         version_metrics(ck, 1, "nope")
     with pytest.raises(CheckpointNotFoundError, match=r"versions: 1\)"):
@@ -132,13 +134,7 @@ def test_missing_checkpoint_operator_or_version_names_what_exists(tmp_path):
 
 
 def test_cli_stats(tmp_path, capsys):
-    ck = str(tmp_path / "ck")
-    p = provider(ck, str(tmp_path / "local"), 0, 1)
-    try:
-        run_batch(p, 0, range(30))
-        run_batch(p, 1, range(4), deletes=[29])
-    finally:
-        p.close()
+    ck = one_partition_checkpoint(tmp_path, (range(30), ()), (range(4), [29]))
     assert main(["stats", ck]) == 0
     out = capsys.readouterr().out
     assert "operator op version 2 (1 partition(s))" in out
