@@ -47,7 +47,6 @@ from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
 from .runtime import TaskConfig, TaskState, guarded, ttl_clock
-from .user_errors import NO_KEY as _NO_KEY, lazy_result
 from .workers import check_workers
 
 _FLUSH_ROWS = 16_384
@@ -347,12 +346,7 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
         for k, rows in groups:
             backend.set_current_key(k)
             ctx.key = k
-            try:  # per call of func, never per row (user_errors.py)
-                result = func(k, rows, ctx)
-            except Exception as e:
-                raise site.error(func, e, k) from e
-            if lazy_result(result):
-                result = site.iterate(func, k, result)
+            result = site.results(func, k, rows, ctx, key=k)  # per call, never per row
             try:
                 yield from sink.add(result)
             except OutputSchemaError as e:
@@ -367,12 +361,7 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
             for fired in due:
                 for timer in fired:
                     ctx.key = timer.key
-                    try:
-                        result = on_timer(timer.key, timer, ctx)
-                    except Exception as e:
-                        raise site.error(on_timer, e, timer.key) from e
-                    if lazy_result(result):
-                        result = site.iterate(on_timer, timer.key, result)
+                    result = site.results(on_timer, timer.key, timer, ctx, key=timer.key)
                     try:
                         yield from sink.add(result)
                     except OutputSchemaError as e:
@@ -417,12 +406,7 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
         site = task.site
         sink = _Output(out)
         for rows in partition:
-            try:
-                result = func(rows, BatchContext(task))
-            except Exception as e:
-                raise site.error(func, e) from e
-            if lazy_result(result):
-                result = site.iterate(func, _NO_KEY, result)
+            result = site.results(func, rows, BatchContext(task))
             try:
                 yield from sink.add(result)
             except OutputSchemaError as e:

@@ -105,6 +105,14 @@ class CallSite:
         except Exception as e:
             raise self.error(fn, e, key) from e
 
+    def results(self, fn: Callable[..., Any], *args: Any, key: Any = NO_KEY) -> Any:
+        """fn(*args) as ``call``; a lazy result (a generator) comes back wrapped by
+        ``iterate``, so user code that runs while it is consumed is guarded too. (``key`` is
+        a keyword with this module's default: the runners' closures are pickled by value, so
+        a sentinel they referenced would arrive as a copy.)"""
+        result = self.call(fn, key, *args)
+        return self.iterate(fn, key, result) if lazy_result(result) else result
+
     def iterate(self, fn: Any, key: Any, items: Iterable[Any]) -> Iterator[Any]:
         """The items of what fn returned (a generator runs fn's code on each ``next``), its
         exceptions re-raised as UserFunctionError."""
