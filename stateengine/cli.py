@@ -379,6 +379,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui_jar(args: argparse.Namespace) -> int:
+    from .spark.ui_metrics import UiJarError, ui_jar
+
+    try:
+        print(ui_jar(args.cache_dir))
+    except UiJarError as e:
+        print(f"stateengine: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 _VERBOSE_HELP = "log more on stderr through the stateengine logger (-v info, -vv debug)"
 _OLD_VERSION_FORM = re.compile(r"^-v(\d+)$")
 
@@ -445,6 +456,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="a full snapshot's data file (local path)")
     sp.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
     sp.set_defaults(fn=cmd_meta)
+    sp = sub.add_parser("ui-jar", help="print the path of the jar that shows state metrics in "
+                                       "the Spark UI (built with javac on first use)",
+                        description="print the path of the jar that shows state metrics in the "
+                                    "Spark UI (for spark.jars or --jars; stateengine/spark/"
+                                    "ui_metrics.py); built with the JDK's javac on first use")
+    sp.add_argument("--cache-dir", default=None,
+                    help="where the built jar is kept (default: ~/.cache/stateengine)")
+    sp.set_defaults(fn=cmd_ui_jar)
     return p
 
 

@@ -42,7 +42,10 @@ class ConnectServer:
         import pyspark
 
         spark_home = os.path.dirname(pyspark.__file__)
+        from stateengine.spark import ui_jar
+
         self.port = _free_port()
+        self.ui_port = _free_port()
         self.token = secrets.token_hex(16)
         self.log_path = log_path
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -57,7 +60,10 @@ class ConnectServer:
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            "spark.ui.enabled": "false",
+            # the UI, with stateengine's metrics jar, for tests/test_spark_ui_metrics.py
+            "spark.ui.enabled": "true",
+            "spark.ui.port": str(self.ui_port),
+            "spark.jars": ui_jar(),
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "4",
             "spark.default.parallelism": "4",

@@ -11,11 +11,12 @@ from .processor import state_descriptors, transform_with_state, \
 from .routing import route, with_routing_columns
 from .runtime import drop_cached
 from .state_io import bootstrap_state, read_state
+from .ui_metrics import ui_jar
 
 __all__ = ["BatchContext", "BatchInfo", "GroupContext", "apply_with_state", "batch_times",
            "bootstrap_state", "drop_cached", "map_with_state", "mark_batch_committed",
            "observed_metrics", "read_state", "route", "state_descriptors", "state_metrics", "transform_with_state",
-           "transform_with_state_in_pandas", "with_routing_columns"]
+           "transform_with_state_in_pandas", "ui_jar", "with_routing_columns"]
 
 
 def mark_batch_committed(checkpoint: str, batch_id: int, num_partitions: int,

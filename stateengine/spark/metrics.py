@@ -3,7 +3,8 @@
 In a streaming query each task of a stateful step, after committing its version, emits one
 extra row whose only non-null column, ``__se_metrics``, holds the partition's sealed metrics
 as JSON (``stateengine/metrics.py``). The step ``observe``s the aggregate of that column under
-the name ``stateengine.<operator_id>`` and then drops the row and the column, so the user's
+the name ``stateengine.<operator_id>`` and then drops the row and the column (handing its figures to the Spark UI on the way,
+ui_metrics.py), so the user's
 rows and columns are unchanged (their fields become nullable) and
 ``query.lastProgress.observedMetrics["stateengine.<operator_id>"]`` holds the batch's
 figures, summed like Spark's ``stateOperators`` (``SPARK_FIELDS``); ``observed_metrics``
@@ -23,6 +24,7 @@ from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
 from ..metrics import SPARK_FIELDS, StateMetrics, version_metrics
+from .ui_metrics import ui_function
 
 METRICS_COL = "__se_metrics"
 
@@ -92,6 +94,7 @@ def metrics_frame(columns: list[str], task: Any) -> pd.DataFrame:
     sealed = dict(task.store.metrics.get("state") or {})
     sealed["partition"] = task.partition_id
     sealed["batch"] = task.batch.batch_id
+    sealed["operator"] = task.cfg.operator_id
     row = {c: [None] for c in columns}
     row[METRICS_COL] = [json.dumps(sealed, sort_keys=True)]
     return pd.DataFrame(row, columns=[*columns, METRICS_COL])
@@ -147,6 +150,8 @@ def observe_state(df: DataFrame, operator_id: str) -> DataFrame:
             for name, (how, field) in SPARK_FIELDS.items()]
     aggs.append(_expr(df, f"coalesce(max(CAST(get_json_object({METRICS_COL}, '$.batch') AS "
                           f"BIGINT)), CAST(-1 AS BIGINT))", "batchId"))
-    return (df.observe(observed_name(operator_id), *aggs)
-            .filter(f"{METRICS_COL} IS NULL")
-            .drop(METRICS_COL))
+    keep = f"{METRICS_COL} IS NULL"
+    ui = ui_function(df.sparkSession)
+    if ui is not None:  # the dropped rows' figures go to named accumulators (ui_metrics.py)
+        keep = f"{keep} OR {ui}({METRICS_COL})"
+    return df.observe(observed_name(operator_id), *aggs).filter(keep).drop(METRICS_COL)
