@@ -85,7 +85,9 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return f"{v:,.0f}"
 
 
-def write(out_dir: str, bench: Bench, machine: dict[str, Any]) -> list[str]:
+def write(out_dir: str, bench: Bench, machine: dict[str, Any], partial: bool = False) -> list[str]:
+    """Writes the run as <timestamp>.json and, for a full run, as latest.json/.md/.png (a
+    partial run, ``--only``, leaves the last full run's latest.* in place)."""
     os.makedirs(out_dir, exist_ok=True)
     values = {r.name: r.value for r in bench.results}
     verdicts = evaluate(values)
@@ -96,11 +98,13 @@ def write(out_dir: str, bench: Bench, machine: dict[str, Any]) -> list[str]:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     text = json.dumps(doc, indent=1, default=str)
     paths = []
-    for name in (f"{stamp}.json", "latest.json"):
+    for name in (f"{stamp}.json",) if partial else (f"{stamp}.json", "latest.json"):
         path = os.path.join(out_dir, name)
         with open(path, "w") as f:
             f.write(text)
         paths.append(path)
+    if partial:
+        return paths
     md = os.path.join(out_dir, "latest.md")
     with open(md, "w") as f:
         f.write(markdown(doc))

@@ -7,7 +7,8 @@ memory.
     python bench/run.py --only 'typed.*'     # typed (struct) state against int64 state
     python bench/run.py --rocksdb debian   # Debian's librocksdb instead of the Release build
 
-Writes bench/results/<timestamp>.json, latest.json, latest.md and latest.png (or under --out).
+Writes bench/results/<timestamp>.json and, unless --only picks cases, latest.json, latest.md and
+latest.png (or under --out).
 Numbers are never asserted anywhere; targets are evaluated and reported (bench/targets.py).
 """
 
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> int:
         bench.cleanup()
     machine["wall_seconds"] = round(time.time() - started, 1)
     machine["argv"] = " ".join(["python bench/run.py", *argv])
-    paths = report.write(args.out, bench, machine)
+    paths = report.write(args.out, bench, machine, partial=bool(only))
     print("wrote " + ", ".join(paths), flush=True)
     return 1 if bench.errors else 0
 
