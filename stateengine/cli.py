@@ -243,12 +243,14 @@ def _iso_time(ms: int) -> str | None:
 
 
 @contextlib.contextmanager
-def _reading(handle: Any, allow_pickle: bool) -> Iterator[KeyedStateBackend]:
-    """A read-only backend over one handle's files, in a scratch directory removed after."""
+def _reading(handle: Any, args: argparse.Namespace) -> Iterator[KeyedStateBackend]:
+    """A read-only backend over one handle's files (read with the command's --allow-pickle and
+    checkpoint key), in a scratch directory removed after."""
     scratch = tempfile.mkdtemp(prefix="stateengine-dump-")
     try:
         backend = KeyedStateBackend.open_for_reading(os.path.join(scratch, "b"), [handle],
-                                                     handle.key_group_range, allow_pickle)
+                                                     handle.key_group_range, args.allow_pickle,
+                                                     _key(args))
         try:
             yield backend
         finally:
@@ -269,7 +271,7 @@ def _dump_timers(args: argparse.Namespace, version: int, handles: list[Any]) -> 
         kinds = [(cf, kind) for cf, kind in _TIMER_KINDS if cf in present]
         if not kinds:
             continue
-        with _reading(h, args.allow_pickle) as backend:
+        with _reading(h, args) as backend:
             for cf_name, kind in kinds:
                 for raw_key, _ in backend._raw_scan(backend.column_family(cf_name)):
                     if args.limit is not None and printed >= args.limit:
@@ -301,7 +303,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
             raise StateEngineError(f"version {version} has no state '{args.state}' (states: {names})")
         has_uk = meta["kind"] in ("map", "sorted_map")
         value_row, uk_row = (_row_codec(meta.get(a)) for a in ("value_schema", "user_key_schema"))
-        with _reading(h, args.allow_pickle) as backend:
+        with _reading(h, args) as backend:
             for raw_key, raw_value in backend._raw_scan(backend.column_family(args.state)):
                 if args.limit is not None and printed >= args.limit:
                     return 0

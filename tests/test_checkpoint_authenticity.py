@@ -197,3 +197,14 @@ def test_handle_dicts_are_authenticated_too(tmp_path):
     unsigned = handle.to_dict()
     with pytest.raises(CorruptionError, match="no HMAC"):
         KeyedStateBackend.restore(tmp_path / "r3", [unsigned], hmac_key=KEY)
+
+
+def test_dump_and_stats_read_a_keyed_checkpoint_with_the_key_file(tmp_path, capsys):
+    roots = build_all(str(tmp_path / "cp"), hmac_key=KEY)
+    root = roots["store"]
+    key_file = _key_file(tmp_path)
+    capsys.readouterr()
+    assert cli(["dump", root, "--operator", "op", "--state", "value", "--key-file", key_file]) == 0
+    assert capsys.readouterr().out.strip()
+    assert cli(["dump", root, "--operator", "op", "--timers", "--key-file", key_file]) == 0
+    assert cli(["stats", root, "--operator", "op", "--key-file", key_file]) == 0
