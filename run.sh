@@ -64,6 +64,9 @@ then
     missing+=(python3-dev)  # headers to compile the extension
 fi
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # Spark needs a JVM
+if [ "$COMMAND" != demo ] && ! command -v javac >/dev/null 2>&1; then
+    missing+=(openjdk-17-jdk-headless)  # javac: the tests build the Spark UI metrics jar
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
 fi
