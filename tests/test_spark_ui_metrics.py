@@ -48,8 +48,8 @@ def check_ui(session, ui_url: str, tmp_path, operator_id: str) -> None:
         pdf.to_parquet(os.path.join(source, f"part-{i:03d}.parquet"), index=False)
     before = len(stage_accumulators(ui_url))
     query, state = run_query(session, source, base, operator_id)
-    batches = sorted({observed_metrics(p, operator_id)["batchId"] for p in query.recentProgress
-                      if observed_metrics(p, operator_id) is not None})
+    seen = [observed_metrics(p, operator_id) for p in query.recentProgress]
+    batches = sorted({m["batchId"] for m in seen if m is not None})
     assert len(batches) >= 3
     sealed = [state_metrics(state, b, operator_id) for b in batches]
 

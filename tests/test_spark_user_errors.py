@@ -96,22 +96,16 @@ def test_timer_and_map_functions_and_wrong_output_shapes(spark, tmp_path):
     def per_partition(rows, ctx):
         return pd.DataFrame({"user": rows["user"], "count": rows["missing"]})
 
-    with pytest.raises(Exception) as info:
-        map_with_state(events(spark, ["d"]), "user", per_partition, OUT, [COUNT],
-                       str(tmp_path / "m"), batch_id=0, num_partitions=PARTS).collect()
-    line = first_line_of(str(info.value), "user function ")
-    assert line.endswith(f"per_partition raised KeyError: 'missing' (operator 'default', "
-                         f"batch 0, partition {partition_of('d')})")
-
     def per_partition_lazily(rows, ctx):  # a generator: the error comes while Spark reads it
         yield pd.DataFrame({"user": rows["user"], "count": rows["missing"]})
 
-    with pytest.raises(Exception) as info:
-        map_with_state(events(spark, ["d"]), "user", per_partition_lazily, OUT, [COUNT],
-                       str(tmp_path / "g"), batch_id=0, num_partitions=PARTS).collect()
-    line = first_line_of(str(info.value), "user function ")
-    assert line.endswith(f"per_partition_lazily raised KeyError: 'missing' (operator "
-                         f"'default', batch 0, partition {partition_of('d')})"), line
+    for fn, directory in ((per_partition, "m"), (per_partition_lazily, "g")):
+        with pytest.raises(Exception) as info:
+            map_with_state(events(spark, ["d"]), "user", fn, OUT, [COUNT],
+                           str(tmp_path / directory), batch_id=0, num_partitions=PARTS).collect()
+        line = first_line_of(str(info.value), "user function ")
+        assert line.endswith(f"{fn.__name__} raised KeyError: 'missing' (operator 'default', "
+                             f"batch 0, partition {partition_of('d')})"), line
 
     def one_value(user, rows, ctx):
         return [(user,)]

@@ -3,9 +3,9 @@
 In a streaming query each task of a stateful step, after committing its version, emits one
 extra row whose only non-null column, ``__se_metrics``, holds the partition's sealed metrics
 as JSON (``stateengine/metrics.py``). The step ``observe``s the aggregate of that column under
-the name ``stateengine.<operator_id>`` and then drops the row and the column (handing its figures to the Spark UI on the way,
-ui_metrics.py), so the user's
-rows and columns are unchanged (their fields become nullable) and
+the name ``stateengine.<operator_id>`` and then drops the row and the column (handing its
+figures to the Spark UI on the way, ui_metrics.py), so the user's rows and columns are
+unchanged (their fields become nullable) and
 ``query.lastProgress.observedMetrics["stateengine.<operator_id>"]`` holds the batch's
 figures, summed like Spark's ``stateOperators`` (``SPARK_FIELDS``); ``observed_metrics``
 reads them from a classic or a Connect progress. ``state_metrics`` reads any committed
