@@ -37,7 +37,7 @@ STAGES = {
         ("    pdf['amount'].sum()", "Series.sum"),
         ("    ValueState exists/get/update", "ValueState."),
         ("  grouping rows by key (slices)", "_iter_groups"),
-        ("  joining the handlers' frames", "_column_arrays"),
+        ("  joining the handlers' frames", "column_arrays"),
     ],
     "grouped": [
         ("stateengine task (apply_with_state body)", "apply_with_state.<locals>.body"),

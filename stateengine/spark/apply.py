@@ -43,6 +43,7 @@ from ..times import to_millis
 from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .metrics import internal_schema, metrics_frame, observe_state, tagged
+from .frames import RowSlices
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
@@ -254,7 +255,8 @@ def _sorted_by_key(batches: Iterable[pd.DataFrame], cols: list[str],
 
 def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
                  partition_id: int) -> Iterator[tuple[Any, pd.DataFrame]]:
-    """(key, rows) per key from batches sorted by key; a key may span batch boundaries."""
+    """(key, rows) per key from batches sorted by key, rows a frame indexed 0..n-1; a key may
+    span batch boundaries."""
     carry: pd.DataFrame | None = None
     for raw in batches:
         pdf = _data_rows(raw, partition_id)
@@ -268,13 +270,14 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
         ids = pdf.groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
         key_values = [pdf[c].tolist() for c in cols]
-        bounds = list(starts) + [len(pdf)]
+        bounds = starts.tolist() + [len(pdf)]
+        rows = RowSlices(pdf)  # frames indexed 0..n-1, as Spark's grouped pandas UDFs get them
         for s, e in zip(bounds[:-2], bounds[1:-1]):
-            yield _key_at(key_values, s), pdf.iloc[s:e]
+            yield _key_at(key_values, s), rows(s, e)
         carry = pdf.iloc[bounds[-2]:]
     if carry is not None and len(carry):
         key_values = [carry[c].tolist() for c in cols]
-        yield _key_at(key_values, 0), carry
+        yield _key_at(key_values, 0), RowSlices(carry)(0, len(carry))
 
 
 def _key_at(key_values: list[list[Any]], i: int) -> Any:

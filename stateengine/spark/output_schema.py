@@ -25,6 +25,7 @@ import pandas as pd
 from pyspark.sql import types as T
 
 from ..errors import OutputSchemaError
+from .frames import column_arrays
 
 _NESTED = (T.StructType, T.ArrayType, T.MapType)
 _TIMES = (T.TimestampType, T.DateType) + ((T.TimestampNTZType,)
@@ -103,11 +104,11 @@ class FrameCheck:
 
     def _check_dtypes(self, frame: pd.DataFrame, positions: list[int],
                       arrays: list | None) -> None:
-        try:  # pandas' column arrays, without building a Series of dtypes
-            if arrays is None:
-                arrays = frame._mgr.column_arrays
+        if arrays is None:  # pandas' column arrays, without building a Series of dtypes
+            arrays = column_arrays(frame)
+        if arrays is not None:
             dtypes = [arrays[p].dtype for p in positions]
-        except (AttributeError, IndexError):
+        else:
             dtypes = [frame.dtypes.iloc[p] for p in positions]
         for (_, field), dtype in zip(self.typed, dtypes):
             if isinstance(dtype, np.dtype) and _unfit(dtype.kind, field.dataType):

@@ -46,6 +46,7 @@ from ..checkpoint.versions import VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
+from .frames import RowSlices, column_arrays
 from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
     tagged_arrow
 from .output_schema import FrameCheck, check_rows, rows_error
@@ -440,15 +441,9 @@ class _Job:
         if not self.spark_sorts:
             batches = _sorted_by_key(batches, self.cols, task.partition_id)
         data = (run.without_late_rows(b) for b in batches)
-        ranges: dict[int, pd.RangeIndex] = {}  # index objects are immutable: share them
         key: Any = NO_KEY
         try:  # around the loop, not per key: naming the key costs nothing until it fails
             for key, rows in _iter_groups(data, self.cols, task.partition_id):
-                n = len(rows)
-                index = ranges.get(n)
-                if index is None:
-                    index = ranges[n] = pd.RangeIndex(n)
-                rows.index = index  # 0..n-1, as Spark's frames are
                 yield from sink.add(run.input_rows(key, (rows,)))
         except OutputSchemaError as e:
             raise run.output_error("handleInputRows", e, key) from None
@@ -684,11 +679,10 @@ def _table_groups(table: Any, cols: list[str]) -> Iterator[tuple[Any, pd.DataFra
         return
     keys, starts = _key_bounds(table, cols)
     pdf = table.to_pandas()
+    rows = RowSlices(pdf)
     bounds = starts + [len(pdf)]
     for s, e in zip(bounds[:-1], bounds[1:]):
-        rows = pdf.iloc[s:e]
-        rows.index = pd.RangeIndex(e - s)
-        yield keys[s], rows
+        yield keys[s], rows(s, e)
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -721,7 +715,7 @@ class _FrameSink:
                     f"Spark's transformWithStateInPandas) of {self.schema.simpleString()}, "
                     f"got {type(frame).__name__}")
             n = len(frame)
-            arrays = _column_arrays(frame) if n else None
+            arrays = column_arrays(frame) if n else None
             self.check_frame(frame, arrays)
             if not n:
                 continue
@@ -753,21 +747,6 @@ class _FrameSink:
             if not all(isinstance(c, str) for c in f.columns):
                 parts[i] = f.set_axis(self.names[:len(f.columns)], axis=1)
         yield parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-
-
-def _column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
-    """The frame's columns as numpy arrays, or None where that is not cheap and exact (pandas
-    keeps them in its block manager; ``column_arrays`` reads them without building Series)."""
-    try:
-        arrays = frame._mgr.column_arrays
-    except AttributeError:  # another pandas layout: the frame goes through pd.concat
-        return None
-    for a in arrays:
-        if type(a) is not np.ndarray or a.ndim != 1:
-            return None
-    if len(arrays) != len(frame.columns):
-        return None
-    return arrays
 
 
 def _arrow_schema(schema: T.StructType) -> Any:

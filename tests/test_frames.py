@@ -1,0 +1,67 @@
+"""frames.py: per-key row slices and output column arrays read off pandas' block manager must
+be exactly what pandas' public API gives, for every dtype pandas keeps in a block."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stateengine.spark.frames import RowSlices, column_arrays
+
+
+def _frame(n: int = 50) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({
+        "i": np.arange(n), "f": rng.random(n), "s": [f"x{i}" for i in range(n)],
+        "b": rng.random(n) > .5, "i32": np.arange(n, dtype=np.int32),
+        "ts": pd.date_range("2020-01-01", periods=n, freq="s"),
+        "tz": pd.date_range("2020-01-01", periods=n, freq="s", tz="UTC"),
+        "td": pd.to_timedelta(np.arange(n), unit="s"),
+        "ni": pd.array(list(range(n - 1)) + [None], dtype="Int64"),
+        "cat": pd.Categorical(["a", "b"] * (n // 2)),
+        "i2": np.arange(n) * 2,  # joins "i" in one 2-d block
+    })
+    frame.index = np.arange(100, 100 + n)  # not 0..n-1: slices must not keep it
+    return frame
+
+
+@pytest.mark.parametrize("start,stop", [(0, 4), (4, 5), (10, 50), (49, 50), (0, 50), (7, 7)])
+def test_row_slices_equal_iloc_with_a_fresh_index(start: int, stop: int) -> None:
+    frame = _frame()
+    rows = RowSlices(frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no deprecation of the block-manager path either
+        got = rows(start, stop)
+    pd.testing.assert_frame_equal(got, frame.iloc[start:stop].reset_index(drop=True))
+    assert isinstance(got.index, pd.RangeIndex) and rows.fast
+    got["added"] = 1  # a column added to a slice stays in that slice
+    assert "added" not in frame.columns and "added" not in rows(start, stop).columns
+
+
+def test_row_slices_fall_back_to_iloc_when_the_internals_differ() -> None:
+    frame = _frame(8)
+    rows = RowSlices(frame)
+    rows.mgr = object()  # a block manager without get_slice: the public path
+    pd.testing.assert_frame_equal(rows(2, 5), frame.iloc[2:5].reset_index(drop=True))
+    assert not rows.fast
+
+
+def test_column_arrays_are_the_columns_in_order() -> None:
+    frame = _frame()
+    cols = ["i", "f", "s", "b", "ts", "td", "i2", "i32"]
+    arrays = column_arrays(frame[cols])
+    assert arrays is not None
+    for name, array in zip(cols, arrays):
+        assert type(array) is np.ndarray and array.ndim == 1
+        np.testing.assert_array_equal(array, frame[name].to_numpy())
+        assert array.dtype == frame[name].to_numpy().dtype
+    one_row = pd.DataFrame({"user": [5], "count": [3], "total": [1.5]})
+    assert [a.tolist() for a in column_arrays(one_row)] == [[5], [3], [1.5]]
+
+
+@pytest.mark.parametrize("column", ["ni", "tz", "cat"])
+def test_column_arrays_refuse_extension_columns(column: str) -> None:
+    # nullable ints, zoned timestamps and categoricals have no exact numpy array: the caller
+    # takes such frames through pd.concat
+    assert column_arrays(_frame()[["i", column]]) is None
