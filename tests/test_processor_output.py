@@ -12,10 +12,15 @@ from stateengine.spark import processor as proc
 SCHEMA = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.DoubleType())])
 
 
+def _add(sink, result):
+    """What a task does with a handler's result: take it, and flush when the sink says so."""
+    return list(sink.flush()) if sink.add(proc._consume(result)) else []
+
+
 def _flush(sink, results):
     out = []
     for r in results:
-        out += list(sink.add(r))
+        out += _add(sink, r)
     out += list(sink.flush())
     return pd.concat(out, ignore_index=True) if out else None
 
@@ -40,7 +45,7 @@ def test_large_outputs_are_handed_over_in_chunks(monkeypatch):
     sink = proc._FrameSink(SCHEMA)
     handed = []
     for i in range(25):
-        handed += list(sink.add(iter([pd.DataFrame({"k": [i], "v": [float(i)]})])))
+        handed += _add(sink, iter([pd.DataFrame({"k": [i], "v": [float(i)]})]))
     handed += list(sink.flush())
     assert [len(f) for f in handed] == [10, 10, 5]
     assert pd.concat(handed)["k"].tolist() == list(range(25))
@@ -49,4 +54,4 @@ def test_large_outputs_are_handed_over_in_chunks(monkeypatch):
 def test_handlers_must_yield_dataframes():
     sink = proc._FrameSink(SCHEMA)
     with pytest.raises(TypeError, match="yield pandas DataFrames"):
-        list(sink.add(iter([(1, 2.0)])))
+        _add(sink, iter([(1, 2.0)]))

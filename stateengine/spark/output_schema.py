@@ -72,10 +72,12 @@ class FrameCheck:
         self.typed = [(i, f) for i, f in enumerate(schema.fields) if _checkable(f.dataType)]
         self.fitting: dict[tuple, list[int]] = {}  # labels -> positions of the typed fields
 
-    def __call__(self, frame: pd.DataFrame, arrays: list | None = None) -> None:
-        """Raises OutputSchemaError if frame does not fit; ``arrays``: its column arrays
-        when the caller has them already."""
-        labels = tuple(frame.columns)
+    def __call__(self, frame: pd.DataFrame, arrays: list | None = None,
+                 labels: tuple | None = None) -> None:
+        """Raises OutputSchemaError if frame does not fit; ``arrays`` and ``labels``: its
+        column arrays and labels when the caller has them already."""
+        if labels is None:
+            labels = tuple(frame.columns)
         positions = self.fitting.get(labels)
         if positions is None:
             positions = self._check_labels(labels)

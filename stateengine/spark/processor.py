@@ -444,7 +444,8 @@ class _Job:
         key: Any = NO_KEY
         try:  # around the loop, not per key: naming the key costs nothing until it fails
             for key, rows in _iter_groups(data, self.cols, task.partition_id):
-                yield from sink.add(run.input_rows(key, (rows,)))
+                if sink.add(run.input_rows(key, (rows,))):
+                    yield from sink.flush()
         except OutputSchemaError as e:
             raise run.output_error("handleInputRows", e, key) from None
         yield from run.emit_expired_timers(sink)
@@ -479,7 +480,8 @@ class _Job:
             key: Any = NO_KEY
             try:
                 for key, rows in _row_groups(table, self.cols):
-                    yield from sink.add(run.input_rows(key, iter(rows)))
+                    if sink.add(run.input_rows(key, iter(rows))):
+                        yield from sink.flush()
             except OutputSchemaError as e:
                 raise run.output_error("handleInputRows", e, key) from None
         yield from run.emit_expired_timers(sink)
@@ -532,6 +534,7 @@ class _TaskRun:
             if previous and job.late_rows:
                 self.late_before_us = max(previous) * 1000
         self._call("init", NO_KEY, False, ProcessorHandle(self.rt))
+        self.handle_input_rows = self.processor.handleInputRows  # once per task, after init
 
     def _call(self, method: str, key: Any, results: bool, /, *args: Any,
               **kwargs: Any) -> Any:
@@ -581,10 +584,14 @@ class _TaskRun:
             table = table.filter(pc.greater(table.column(EVENT_COL), self.late_before_us))
         return table
 
-    def input_rows(self, key: Any, rows: Iterable[Any]) -> Any:
+    def input_rows(self, key: Any, rows: Iterable[Any]) -> list:
+        """handleInputRows(key, rows, timerValues)'s results (``_call`` inlined: once per key)."""
         self.rt.set_key(key)
-        return self._call("handleInputRows", key, True, self._key_tuple(key), iter(rows),
-                          self.timer_values)
+        fn = self.handle_input_rows
+        try:
+            return _consume(fn((key,) if self.single else key, iter(rows), self.timer_values))
+        except Exception as e:
+            raise self.site.error(fn, e, key) from e
 
     def expired_timers(self) -> Iterator[Any]:
         """(key, results of handleExpiredTimer) for every timer due now (keyword arguments,
@@ -607,7 +614,8 @@ class _TaskRun:
         key: Any = NO_KEY
         try:
             for key, result in self.expired_timers():
-                yield from sink.add(result)
+                if sink.add(result):
+                    yield from sink.flush()
         except OutputSchemaError as e:
             raise self.output_error("handleExpiredTimer", e, key) from None
 
@@ -705,8 +713,9 @@ class _FrameSink:
         self.arrays: list[list[np.ndarray]] = []  # one list of column arrays per frame
         self.count = 0
 
-    def add(self, result: Any) -> Iterator[pd.DataFrame]:
-        for frame in _consume(result):
+    def add(self, result: list) -> bool:
+        """Takes a handler's results (``_consume``d); True when a flush is due."""
+        for frame in result:
             if frame is None:
                 continue
             if not isinstance(frame, pd.DataFrame):
@@ -716,20 +725,19 @@ class _FrameSink:
                     f"got {type(frame).__name__}")
             n = len(frame)
             arrays = column_arrays(frame) if n else None
-            self.check_frame(frame, arrays)
+            labels = tuple(frame.columns)
+            self.check_frame(frame, arrays, labels)
             if not n:
                 continue
             self.count += n
-            labels = tuple(frame.columns) if arrays is not None else None
-            if labels is None or labels != self.columns:
+            if arrays is None or labels != self.columns:
                 self._close_run()
-                if labels is None or len(set(labels)) != len(labels):
+                if arrays is None or len(set(labels)) != len(labels):
                     self.parts.append(frame)
                     continue
                 self.columns = labels
             self.arrays.append(arrays)
-        if self.count >= _FLUSH_ROWS:
-            yield from self.flush()
+        return self.count >= _FLUSH_ROWS
 
     def _close_run(self) -> None:
         if self.arrays:
@@ -768,9 +776,9 @@ class _RowSink:
         self.arrow_schema = _arrow_schema(schema)
         self.rows: list[dict] = []
 
-    def add(self, result: Any) -> Iterator[Any]:
+    def add(self, results: list) -> bool:
+        """Takes a handler's results (``_consume``d); True when a flush is due."""
         names = self.names
-        results = _consume(result)
         if results:
             check_rows(results, self.schema)
         for row in results:
@@ -785,8 +793,7 @@ class _RowSink:
                     f"handlers of transform_with_state yield Rows (as Spark's "
                     f"transformWithState) of {self.schema.simpleString()}, got "
                     f"{type(row).__name__}")
-        if len(self.rows) >= _FLUSH_ROWS:
-            yield from self.flush()
+        return len(self.rows) >= _FLUSH_ROWS
 
     def flush(self) -> Iterator[Any]:
         import pyarrow as pa
