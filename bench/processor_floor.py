@@ -1,8 +1,10 @@
 """How fast the bench's StatefulProcessor can run at best: its own ``handleInputRows`` per key
 and batch, timed alone (no Spark, no engine: a dict holds its ValueState and its input frames
-are cut beforehand), set beside the per key-batch wall times of the last Spark bench run
-(``bench/results/latest.json``: ``spark.transformWithStateInPandas``, ``spark.processor``,
-``spark.grouped``).
+are cut beforehand); then the whole task path of ``transform_with_state_in_pandas`` without
+Spark (grouping a routed partition by key, the engine's state, the output sink: the task's
+code on pre-routed frames, in-process); both set beside the per key-batch wall times of the
+last Spark bench run (``bench/results/latest.json``: ``spark.transformWithStateInPandas``,
+``spark.processor``, ``spark.grouped``).
 
     python bench/processor_floor.py               # 50k keys, 4 rows each
     python bench/processor_floor.py --keys 200000
@@ -28,7 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from cases_spark import PARTITIONS, running_totals  # noqa: E402
+from cases_spark import OUTPUT_SCHEMA, PARTITIONS, running_totals  # noqa: E402
+
+from stateengine.spark.frames import RowSlices  # noqa: E402
 
 
 class _DictValue:
@@ -60,17 +64,66 @@ def body_us_per_key(keys: int, rows_per_key: int) -> float:
     processor, handle = running_totals(), _Handle()
     processor.init(handle)
     rng = np.random.default_rng(1)
-    # 1,000 frames used in turn: holding one per key alive would make the garbage collector
-    # walk them all, which a worker (one slice alive at a time) never does
-    frames = [pd.DataFrame({"user": np.full(rows_per_key, k),
-                            "amount": rng.random(rows_per_key)}) for k in range(1000)]
-    t0 = time.perf_counter()
-    for k in range(keys):
-        frame = frames[k % len(frames)]
-        handle.current[0] = k
-        for _ in processor.handleInputRows((k,), iter((frame,)), None):
-            pass
-    return (time.perf_counter() - t0) / keys * 1e6
+    spent = 0.0
+    # Frames cut as a task cuts them (RowSlices of the partition's frame), 1,000 at a time
+    # outside the clock: a frame used twice would answer its column from pandas' item cache
+    # (~15 us less), and one per key alive at once would make the garbage collector walk them
+    # all, which a worker (one slice alive at a time) never does.
+    for first in range(0, keys, 1000):
+        count = min(1000, keys - first)
+        rows = RowSlices(pd.DataFrame({
+            "user": np.repeat(np.arange(first, first + count), rows_per_key),
+            "amount": rng.random(count * rows_per_key)}))
+        frames = [rows(i * rows_per_key, (i + 1) * rows_per_key) for i in range(count)]
+        t0 = time.perf_counter()
+        for k, frame in enumerate(frames, first):
+            handle.current[0] = k
+            for _ in processor.handleInputRows((k,), iter((frame,)), None):
+                pass
+        spent += time.perf_counter() - t0
+    return spent / keys * 1e6
+
+
+def task_us_per_key(keys: int, rows_per_key: int, batches: int = 4) -> float:
+    """CPU per key and batch of the task code of transform_with_state_in_pandas over batches
+    of every key (each task loads the last version and commits the next), without Spark. A
+    local session only parses the processor's DDL schemas, as the driver does."""
+    import tempfile
+
+    from pyspark.sql import SparkSession
+
+    from stateengine.keygroups import assign_key_group
+    from stateengine.serializers import Codec
+    from stateengine.spark.processor import _Job, _plan
+    from stateengine.spark.routing import KG_COL, PID_COL
+    from stateengine.spark.runtime import TaskConfig, TaskState
+
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false") \
+        .getOrCreate()
+    processor = running_totals()
+    plan = _plan(processor, spark, "None")
+    out = spark.createDataFrame([], OUTPUT_SCHEMA).schema
+    users = np.repeat(np.arange(keys, dtype=np.int64), rows_per_key)
+    groups = np.repeat([assign_key_group(int(u), 128, Codec.BIGINT) for u in range(keys)],
+                       rows_per_key).astype(np.int32)
+    spent = 0.0
+    with tempfile.TemporaryDirectory(prefix="stateengine-task-") as root:
+        for batch in range(batches + 1):
+            rows = pd.DataFrame({"user": users, "amount": np.random.default_rng(batch).random(
+                len(users)), KG_COL: groups, PID_COL: np.zeros(len(users), np.int32)})
+            rows = rows.sort_values([KG_COL, "user"], kind="stable", ignore_index=True)
+            cfg = TaskConfig(os.path.join(root, "state"), "bench", 1, 128, ["user"],
+                             (int(Codec.BIGINT),), plan.descriptors(), batch,
+                             local_dir=os.path.join(root, "local"))
+            task = TaskState(cfg, (0, 0))
+            job = _Job(processor, plan, "pandas", ["user"], out, False, None, True)
+            t0 = time.process_time()
+            emitted = sum(len(f) for f in job.run_pandas(task, iter([rows])))
+            if batch:  # the first batch creates every key: time the steady state
+                spent += time.process_time() - t0
+            task.commit()
+            assert emitted == keys
+    return spent / (keys * batches) * 1e6
 
 
 def wall_us_per_key_batch(results: dict, name: str) -> float | None:
@@ -90,6 +143,9 @@ def main() -> None:
     body = min(body_us_per_key(args.keys, args.rows_per_key) for _ in range(3))
     print(f"the processor's own handleInputRows: {body:.1f} us of CPU per key and batch "
           f"({body / PARTITIONS:.1f} us of wall time on {PARTITIONS} workers)")
+    task = min(task_us_per_key(args.keys // PARTITIONS, args.rows_per_key) for _ in range(2))
+    print(f"the task path without Spark (grouping, engine state, output sink and the body): "
+          f"{task:.1f} us of CPU per key and batch, {task - body:.1f} beyond the body")
     if not os.path.exists(args.results):
         return
     results = {r["name"]: r for r in json.load(open(args.results))["results"]}
