@@ -384,6 +384,39 @@ class KeyedStateBackend(_native.NativeBackend):
             return self._native_count(self._cf_of(state_name))
         return sum(self._native_count(self._cf_index[n]) for n in self.state_names)
 
+    # ---- stored entries (state readers, the CLI, deleteIfExists) -------------------------
+
+    def stored_entries(self, name: str, chunk: int = 4096) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Entries of a state or timer column family as stored (composite key, value bytes
+        with TTL stamps), in key order, as lists of at most ``chunk``: memory stays bounded
+        however large the state. ``parse_state_key``/``parse_timer_key`` read the keys."""
+        cf = self.column_family(name)
+        lower = b""
+        while True:
+            entries = self._raw_scan(cf, lower, b"", chunk)
+            if entries:
+                yield entries
+            if len(entries) < chunk:
+                return
+            lower = entries[-1][0] + b"\x00"  # the next key after the last one
+
+    def parse_state_key(self, raw: bytes, namespace_codec: int,
+                        has_user_key: bool) -> tuple[int, Any, bytes, bytes]:
+        """(key group, key, namespace bytes, user key bytes) of a stored state key;
+        ``CorruptionError`` when it does not fit the layout."""
+        return self._parse_state_key(raw, namespace_codec, has_user_key)
+
+    def parse_timer_key(self, raw: bytes) -> tuple[int, int, Any, bytes]:
+        """(key group, timestamp, key, namespace bytes) of a stored timer key."""
+        return self._parse_timer_key(raw)
+
+    def delete_all_entries(self, name: str) -> None:
+        """Every entry of a state in this backend, all keys and namespaces (Spark's
+        ``deleteIfExists``); nothing when the state has none."""
+        cf = self._cf_of(name)
+        # Keys begin with a 1- or 2-byte key-group prefix below 0xFFFF: this spans them all.
+        self._native_delete_range(cf, b"", b"\xff\xff\xff")
+
     # ---- snapshots and checkpoints -------------------------------------------------------
 
     def snapshot(self, target: CheckpointStorage | str | os.PathLike, name: str,

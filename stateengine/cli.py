@@ -273,10 +273,10 @@ def _dump_timers(args: argparse.Namespace, version: int, handles: list[Any]) -> 
             continue
         with _reading(h, args) as backend:
             for cf_name, kind in kinds:
-                for raw_key, _ in backend._raw_scan(backend.column_family(cf_name)):
+                for raw_key, _ in _stored(backend, cf_name):
                     if args.limit is not None and printed >= args.limit:
                         return 0
-                    kg, ts, key, ns = backend._parse_timer_key(raw_key)
+                    kg, ts, key, ns = backend.parse_timer_key(raw_key)
                     row = _json({"timer": kind, "key_group": kg, "key": key,
                                  "namespace": _native.decode_for_codec(_ANY_CODEC, ns, gate),
                                  "timestamp": ts})
@@ -285,6 +285,13 @@ def _dump_timers(args: argparse.Namespace, version: int, handles: list[Any]) -> 
                     printed += 1
     logging.getLogger("stateengine").info("version %d: %d timer(s) printed", version, printed)
     return 0
+
+
+def _stored(backend: KeyedStateBackend, name: str) -> Iterator[tuple[bytes, bytes]]:
+    """A column family's stored entries one by one, read a chunk at a time (dump --limit
+    of a large state reads only what it prints)."""
+    for chunk in backend.stored_entries(name):
+        yield from chunk
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
@@ -304,11 +311,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
         has_uk = meta["kind"] in ("map", "sorted_map")
         value_row, uk_row = (_row_codec(meta.get(a)) for a in ("value_schema", "user_key_schema"))
         with _reading(h, args) as backend:
-            for raw_key, raw_value in backend._raw_scan(backend.column_family(args.state)):
+            for raw_key, raw_value in _stored(backend, args.state):
                 if args.limit is not None and printed >= args.limit:
                     return 0
-                kg, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"],
-                                                           has_uk)
+                kg, key, ns, uk = backend.parse_state_key(raw_key, meta["namespace_codec"],
+                                                          has_uk)
                 row = _json({"key_group": kg, "key": key,
                              "namespace": _native.decode_for_codec(meta["namespace_codec"],
                                                                    ns, gate)})

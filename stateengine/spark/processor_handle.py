@@ -197,10 +197,8 @@ class ProcessorRuntime:
     def delete_state(self, name: str) -> None:
         """deleteIfExists: every entry of the state in this partition, all keys."""
         check_name(name)
-        cf = self.backend._cf_index.get(name)
-        if cf is not None:
-            # Keys begin with a 1- or 2-byte key-group prefix below 0xFFFF: this spans all.
-            self.backend._native_delete_range(cf, b"", b"\xff\xff\xff")
+        if name in self.backend.state_names:
+            self.backend.delete_all_entries(name)
         self.states.pop(name, None)
 
 

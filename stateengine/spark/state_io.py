@@ -134,13 +134,10 @@ def _entries(handle_json: str, meta: dict, allow_pickle: bool,
     backend = KeyedStateBackend.open_for_reading(scratch, [handle], handle.key_group_range,
                                                  allow_pickle)
     try:
-        cf = backend._cf_index[name]
-        lower = b""
-        while True:
-            chunk = backend._raw_scan(cf, lower, b"", _CHUNK)
+        for chunk in backend.stored_entries(name, _CHUNK):
             rows = []
             for raw_key, raw_value in chunk:
-                _, key, ns, uk = backend._parse_state_key(raw_key, meta["namespace_codec"], has_uk)
+                _, key, ns, uk = backend.parse_state_key(raw_key, meta["namespace_codec"], has_uk)
                 if not ttl:
                     rows.append((key, ns, uk, raw_value))
                     continue
@@ -149,9 +146,6 @@ def _entries(handle_json: str, meta: dict, allow_pickle: bool,
                 rows.append((key, ns, uk, value, stamps) if with_stamps else (key, ns, uk, value))
             if rows:
                 yield rows
-            if len(chunk) < _CHUNK:
-                return
-            lower = chunk[-1][0] + b"\x00"
     finally:
         backend.dispose()
         shutil.rmtree(scratch, ignore_errors=True)
