@@ -301,7 +301,9 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      allow_pickle: bool = False,
                      batch_timestamp_ms: Any = None,
                      query_checkpoint: str | None = None) -> DataFrame:
-    """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs.
+    """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs. ``rows`` is
+    the key's rows of the batch as a pandas DataFrame indexed 0..n-1 (as Spark's grouped
+    pandas functions get them).
 
     ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
     key). After all keys, event-time timers up to ``watermark`` and processing-time timers up
