@@ -8,8 +8,11 @@ tests/s3_proxy.py in front of it; every request of the commit passes the proxy.
     python bench/s3_commit.py --keys 5000000 --commits 5
 
 Reports, per commit: requests by HTTP method, bytes sent and received, the files and bytes
-the commit uploaded; then the same for restoring the latest version in a fresh provider (a
-task landing on another worker). Writes bench/results/s3-commit-<time>.json.
+the commit uploaded; then the same for restoring the latest version in a fresh provider: a
+task landing on another Python worker of the same machine, whose restore links the SST files
+the first worker's database holds from the machine's file cache (``restore here``), and one
+landing on another machine (``restore elsewhere``, no cache). Writes
+bench/results/s3-commit-<time>.json.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from stateengine import StateStoreProvider, ValueStateDescriptor  # noqa: E402
+from stateengine import StateStoreProvider, ValueStateDescriptor, configure_file_cache  # noqa: E402
 from stateengine.local_s3 import LocalS3Server  # noqa: E402
 from tests.s3_proxy import FaultProxy, totals  # noqa: E402
 
@@ -85,11 +88,15 @@ def main(argv: list[str] | None = None) -> int:
                 0, 256, (changed, args.value_bytes), dtype=np.uint8)])
             version, row = measure(proxy, store.commit)
             rows.append({"commit": version, "change": args.change, **row, **_store_stats(store)})
+        restores = {}
+        for name in ("here", "elsewhere"):  # the first worker still holds the partition
+            if name == "elsewhere":
+                configure_file_cache(None)  # another machine: its own, empty cache
+            fresh = StateStoreProvider(uri, "op", 0, 1, key_type=int, descriptors=[STATE],
+                                       local_dir=os.path.join(work, name))
+            _, restores[name] = measure(proxy, lambda: fresh.get_store(version).abort())
+            fresh.close()
         prov.close()
-        fresh = StateStoreProvider(uri, "op", 0, 1, key_type=int, descriptors=[STATE],
-                                   local_dir=os.path.join(work, "fresh"))
-        _, restore = measure(proxy, lambda: fresh.get_store(version).abort())
-        fresh.close()
     finally:
         proxy.stop()
         server.stop()
@@ -97,12 +104,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"S3 commit cost: {args.keys:,} keys x {args.value_bytes} bytes, "
           f"{args.change:.0%} of keys changed per commit")
-    head = (f"{'':>10} {'requests':>8} {'PUT':>5} {'POST':>5} {'GET':>5} {'HEAD':>5} "
+    head = (f"{'':>17} {'requests':>8} {'PUT':>5} {'POST':>5} {'GET':>5} {'HEAD':>5} "
             f"{'DELETE':>6} {'MB up':>8} {'MB down':>8} {'files up':>8} {'reused':>6} {'s':>6}")
     print(head)
-    for r in rows + [{"commit": "restore", **restore}]:
-        name = f"v{r['commit']}" if r["commit"] != "restore" else "restore"
-        print(f"{name:>10} {r['requests']:>8} {r.get('PUT', 0):>5} {r.get('POST', 0):>5} "
+    for r in rows + [{"commit": f"restore {k}", **v} for k, v in restores.items()]:
+        name = f"v{r['commit']}" if isinstance(r["commit"], int) else r["commit"]
+        print(f"{name:>17} {r['requests']:>8} {r.get('PUT', 0):>5} {r.get('POST', 0):>5} "
               f"{r.get('GET', 0):>5} {r.get('HEAD', 0):>5} {r.get('DELETE', 0):>6} "
               f"{r['bytes_up'] / 1e6:>8.2f} {r['bytes_down'] / 1e6:>8.2f} "
               f"{r.get('files_uploaded', '-'):>8} {r.get('files_reused', '-'):>6} "
@@ -111,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(args.out, time.strftime("s3-commit-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
         json.dump({"keys": args.keys, "value_bytes": args.value_bytes, "change": args.change,
-                   "commits": rows, "restore": restore}, f, indent=1)
+                   "commits": rows, "restore_same_machine": restores["here"],
+                   "restore_other_machine": restores["elsewhere"]}, f, indent=1)
     print(f"wrote {path}")
     return 0
 

@@ -22,6 +22,7 @@ from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointN
                      SerializationError, StateEngineError, StateRegistrationError, StorageError,
                      TtlTimeNotSetError, UnknownStateError, UserFunctionError)
 from .functions import AggregateFunction
+from .checkpoint.file_cache import configure_file_cache, file_cache_stats
 from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
 from .metrics import StateMetrics, version_metrics
@@ -52,6 +53,7 @@ __all__ = [
     "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
     "TtlTimeNotSetError", "UnknownStateError", "UserFunctionError", "UpdateType", "ValueState",
     "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
-    "configure_memory", "key_group_prefix_bytes", "load_handle", "memory_usage",
+    "configure_file_cache", "configure_memory", "file_cache_stats", "key_group_prefix_bytes",
+    "load_handle", "memory_usage",
     "operator_for_key_group", "reducers", "spark_hash",
 ]

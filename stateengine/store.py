@@ -22,6 +22,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence, overload
 
 from .backend import KeyedStateBackend
+from .checkpoint import file_cache
 from .checkpoint.documents import resolve_key
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
@@ -97,6 +98,9 @@ class StateStoreProvider:
             for d in self.descriptors:
                 check_no_pickle(d)
         self._local_root = local_dir or default_local_dir()
+        if not self.storage.is_local and file_cache.file_cache_root() is None:
+            # restores on this machine link the SSTs its databases already hold
+            file_cache.configure_file_cache(os.path.join(self._local_root, "remote-files"))
         self._backend: KeyedStateBackend | None = None
         self._backend_version: int | None = None  # version the open backend holds, if clean
         self._first_version = 0  # the version this partition's state began at (see _load)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from stateengine import KeyedStateBackend
+from stateengine import KeyedStateBackend, configure_file_cache
 from stateengine import local_s3
 
 # S3 clients in this process and in every process it starts (Spark's JVM and Python workers
@@ -29,6 +29,14 @@ for _name, _value in local_s3.LocalS3Server().env().items():
 for _name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
     os.environ.pop(_name, None)
 os.environ["AWS_CONFIG_FILE"] = os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+
+
+@pytest.fixture(autouse=True)
+def _no_file_cache_across_tests():
+    """A StateStoreProvider on remote storage turns the process-wide file cache on under its
+    local directory: each test starts without one, as a fresh worker would."""
+    yield
+    configure_file_cache(None)
 
 
 @pytest.fixture

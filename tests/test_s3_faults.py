@@ -16,7 +16,7 @@ import threading
 import numpy as np
 import pytest
 
-from stateengine import StateStoreProvider, StorageError, ValueStateDescriptor
+from stateengine import StateStoreProvider, StorageError, ValueStateDescriptor, configure_file_cache
 from stateengine.checkpoint.storage import CheckpointStorage
 from stateengine.checkpoint.versions import VersionCatalog
 from stateengine.keygroups import KeyGroupRange
@@ -139,6 +139,7 @@ def test_a_download_cut_short_is_retried_not_used(s3, s3_proxy, tmp_path):
         commit_version(prov, 1)
         commit_version(prov, 2)
     s3_proxy.cut_download(4096, path="/shared/")
+    configure_file_cache(None)  # the reader runs on another machine: it must download
     load = assert_restores(uri, tmp_path, 2, "reader")
     assert load["retries"] == 1
     assert [e.fault for e in s3_proxy.snapshot() if e.fault] == ["cut"]

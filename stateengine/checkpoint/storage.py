@@ -17,6 +17,7 @@ logged on ``stateengine.storage`` and counted in ``retries``.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import threading
@@ -31,7 +32,7 @@ from pyarrow import NativeFile
 from .. import _native
 from ..errors import (CheckpointFileMissingError, CheckpointNotFoundError, CorruptionError,
                       StorageError)
-from . import documents
+from . import documents, file_cache
 from .handles import FileRef
 from .paths import UnsafePath, check_inside, check_relative, confine
 from .retry import Retrier, ShortUploadError
@@ -40,6 +41,7 @@ _COPY_CHUNK = 4 << 20
 # A read from an object store is one ranged GET per read call: larger reads, fewer requests.
 _REMOTE_READ = 16 << 20
 T = TypeVar("T")
+log = logging.getLogger("stateengine.storage")
 
 # Checkpoint files never change after they are published (unique names, written once), so a
 # file whose identity and stat are unchanged since it was verified needs no second full read.
@@ -362,6 +364,8 @@ class CheckpointStorage:
             if self.is_local:
                 self._delete_quietly(tmp)
             raise StorageError(f"cannot upload {local_file} to {self.describe(rel)}: {e}") from e
+        if not self.is_local and rel.endswith(".sst"):  # another worker's restore links it
+            file_cache.keep(self.uri, rel, local_file)
         return FileRef(rel, size, crc, local_name)
 
     def place_local(self, rel: str) -> str:
@@ -458,10 +462,25 @@ class CheckpointStorage:
         return local
 
     def place_verified(self, ref: FileRef, dest: str, link: bool = False) -> None:
-        """Puts a verified copy of ref at the local path dest; with ``link`` on local storage a
-        hard link (for immutable files such as SSTs), so nothing is copied."""
-        if not (link and self.is_local):
+        """Puts a verified copy of ref at the local path dest; with ``link`` (immutable files
+        such as SSTs) a hard link of the file on local storage, so nothing is copied, and of
+        the machine's cached copy of a remote file when there is one (file_cache.py)."""
+        if not link:
             self.download(ref, dest)
+            return
+        if not self.is_local:
+            self.resolve(ref.path)  # confined before any cache lookup
+            if file_cache.link_cached(self.uri, ref.path, dest):
+                try:
+                    self.verify_local(ref, dest)
+                    return
+                except CorruptionError as e:  # the cached copy, not the checkpoint: refetch
+                    file_cache.drop(self.uri, ref.path)
+                    os.unlink(dest)
+                    log.warning("file cache: %s; downloading it again", e)
+            self.download(ref, dest)
+            file_cache.count("downloads")
+            file_cache.keep(self.uri, ref.path, dest)
             return
         src = self.resolve(ref.path)
         if not os.path.lexists(src):
