@@ -65,3 +65,21 @@ def test_column_arrays_refuse_extension_columns(column: str) -> None:
     # nullable ints, zoned timestamps and categoricals have no exact numpy array: the caller
     # takes such frames through pd.concat
     assert column_arrays(_frame()[["i", column]]) is None
+
+
+def test_groups_of_sorted_batches_are_whole_keys_indexed_from_zero() -> None:
+    # apply_with_state and the processor cut a partition's Arrow batches per key: a key that
+    # spans batches (with an empty batch between) comes out once, whole
+    from stateengine.spark.apply import _iter_groups
+    from stateengine.spark.routing import PID_COL
+
+    def batch(keys: list[int], values: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"k": np.array(keys, dtype=np.int64), "v": values,
+                             PID_COL: np.zeros(len(keys), np.int32)})
+
+    batches = [batch([1, 1, 2, 2], [1, 2, 3, 4]), batch([2, 3, 3], [5, 6, 7]), batch([], []),
+               batch([3, 4], [8, 9])]
+    got = [(k, rows["v"].tolist(), list(rows.index), list(rows.columns))
+           for k, rows in _iter_groups(batches, ["k"], 0)]
+    assert got == [(1, [1, 2], [0, 1], ["k", "v"]), (2, [3, 4, 5], [0, 1, 2], ["k", "v"]),
+                   (3, [6, 7, 8], [0, 1, 2], ["k", "v"]), (4, [9], [0], ["k", "v"])]

@@ -274,10 +274,10 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
         rows = RowSlices(pdf)  # frames indexed 0..n-1, as Spark's grouped pandas UDFs get them
         for s, e in zip(bounds[:-2], bounds[1:-1]):
             yield _key_at(key_values, s), rows(s, e)
-        carry = pdf.iloc[bounds[-2]:]
+        # the last key may go on in the next batch
+        carry_key, carry = _key_at(key_values, bounds[-2]), rows(bounds[-2], len(pdf))
     if carry is not None and len(carry):
-        key_values = [carry[c].tolist() for c in cols]
-        yield _key_at(key_values, 0), RowSlices(carry)(0, len(carry))
+        yield carry_key, carry
 
 
 def _key_at(key_values: list[list[Any]], i: int) -> Any:

@@ -63,8 +63,9 @@ def column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
         for block in blocks:
             values = block.values
             if type(values) is not np.ndarray:  # naive datetimes: their datetime64 array
-                values = getattr(values, "_ndarray", None) \
-                    if getattr(block.values, "tz", None) is None else None
+                if getattr(values, "tz", None) is not None:
+                    return None
+                values = getattr(values, "_ndarray", None)
                 if type(values) is not np.ndarray or values.dtype.kind not in "mM":
                     return None
             if values.ndim != 2:
