@@ -7,7 +7,8 @@
 #                     (extra arguments go to python -m stateengine.spark.demo)
 #   ./run.sh test     the whole test suite on pyspark 4.3, then the Spark tests on the oldest
 #                     supported Spark (3.5) in .venv-spark35; extra arguments go to the first
-#                     pytest run only and skip the second
+#                     pytest run only and skip the second (with no test path among them,
+#                     pytest still collects all of tests/)
 #   ./run.sh spark35  only the Spark tests on Spark 3.5 (extra arguments go to pytest)
 set -euo pipefail
 
@@ -157,6 +158,10 @@ case "$COMMAND" in
     spark35) spark35 "$@"; exit $? ;;
     test)
         if [ $# -gt 0 ]; then
+            # test paths given (tests/test_x.py, tests/test_x.py::name): run only those
+            for arg in "$@"; do
+                if [ -e "${arg%%::*}" ]; then exec "$PY" -m pytest "$@"; fi
+            done
             exec "$PY" -m pytest tests "$@"
         fi
         status=0
