@@ -189,6 +189,30 @@ cdef class EvolvedRowCodec(RowCodec):
     cdef cbool element_length(self, const char* p, size_t n, size_t* length):
         return self.versions.Length(p, n, length)
 
+    def stored_version(self, bytes data, str layout="value"):
+        """The schema version a stored value was written in (layout "value"; "map": after
+        the null flag, None for a null value) or of each element ("list")."""
+        cdef const char* p = PyBytes_AS_STRING(data)
+        cdef size_t n = <size_t>PyBytes_GET_SIZE(data), pos = 0, length = 0, marker = 0
+        cdef uint32_t version = 0
+        if layout == "map":
+            if n == 0 or p[0] == 1:
+                return None
+            p += 1
+            n -= 1
+        if layout != "list":
+            if not self.versions.Classify(p, n, &version, &marker):
+                raise _CorruptionError("a stored value's version marker names no schema version")
+            return version
+        out = []
+        while pos < n:
+            if not self.versions.Classify(p + pos, n - pos, &version, &marker) or \
+                    not self.versions.Length(p + pos, n - pos, &length):
+                raise _CorruptionError("a stored list element is malformed")
+            out.append(version)
+            pos += length + 1  # and its ',' delimiter
+        return out
+
 
 _ROW_CODECS = {}
 

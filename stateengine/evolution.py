@@ -802,3 +802,32 @@ def check_descriptors(stored: Mapping[str, Mapping[str, Any]], descriptors: Sequ
             problems += [(f"{d.name} {w}", o, n, why) for w, o, n, why in found]
     if problems:
         raise refusal(problems, names)
+
+
+def readable_history(meta: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """A state's schema history for people (``stateengine meta`` / ``dump``): per version its
+    id, schema, and what its step did (added with defaults as JSON values, dropped, renamed,
+    widened); None for a state that never evolved."""
+    from . import _native
+
+    history = History.of_meta(meta)
+    if history is None or not history.evolved:
+        return None
+    out = []
+    for i, v in enumerate(history.versions):
+        item: dict[str, Any] = {"version": i, "schema": v.schema.canonical()}
+        if i:
+            r = Report()
+            _plan(history.versions[i - 1].schema, v.schema, (), v.declared, r)
+            defaults = {path_text(p): st.to_json_value(
+                type_at_path(v.schema, p, "").type,
+                _native.row_codec(type_at_path(v.schema, p, "").type).decode_bytes(b))
+                for p, b in v.declared.defaults.items()}
+            item["added"] = [{"field": p, "type": t, **({"default": defaults[p]}
+                                                         if p in defaults else {})}
+                             for p, t in r.added]
+            item["dropped"] = [p for p, _ in r.dropped]
+            item["renamed"] = [{"from": o, "to": n} for o, n in r.renamed]
+            item["widened"] = [{"field": p, "from": o, "to": n} for p, o, n in r.widened]
+        out.append(item)
+    return out
