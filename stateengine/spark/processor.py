@@ -91,7 +91,7 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
     from pyspark import cloudpickle
     from pyspark.sql.streaming import stateful_processor as sp
 
-    from .processor_handle import StateDecl, check_name, check_ttl
+    from .processor_handle import StateDecl, check_name, check_ttl, evolution_items
 
     plan = _Plan(time_mode)
 
@@ -129,11 +129,13 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             pass
 
         def _record(self, name: Any, kind: str, schema: Any, key_schema: Any,
-                    ttl: Any) -> Any:
+                    ttl: Any, renamed_from: Any = None, field_defaults: Any = None) -> Any:
             name = check_name(name)
             decl = StateDecl(name, kind, parse(name, schema),
                              None if key_schema is None else parse(name, key_schema),
-                             check_ttl(name, ttl, time_mode))
+                             check_ttl(name, ttl, time_mode),
+                             *evolution_items(renamed_from, field_defaults))
+            decl.descriptor()  # a renamed_from / field_defaults that does not fit fails here
             old = plan.decls.get(name)
             if old is not None and old != decl:
                 raise ProcessorUsageError(f"init() declares state '{name}' twice, as {old} "
@@ -141,15 +143,18 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             plan.decls[name] = decl
             return _Unbound(name)
 
-        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: Any = None) -> Any:
-            return self._record(stateName, "value", schema, None, ttlDurationMs)
+        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: Any = None,
+                          **evolve: Any) -> Any:
+            return self._record(stateName, "value", schema, None, ttlDurationMs, **evolve)
 
-        def getListState(self, stateName: str, schema: Any, ttlDurationMs: Any = None) -> Any:
-            return self._record(stateName, "list", schema, None, ttlDurationMs)
+        def getListState(self, stateName: str, schema: Any, ttlDurationMs: Any = None,
+                         **evolve: Any) -> Any:
+            return self._record(stateName, "list", schema, None, ttlDurationMs, **evolve)
 
         def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any,
-                        ttlDurationMs: Any = None) -> Any:
-            return self._record(stateName, "map", valueSchema, userKeySchema, ttlDurationMs)
+                        ttlDurationMs: Any = None, **evolve: Any) -> Any:
+            return self._record(stateName, "map", valueSchema, userKeySchema, ttlDurationMs,
+                                **evolve)
 
         registerTimer = unusable("registerTimer")
         deleteTimer = unusable("deleteTimer")

@@ -49,6 +49,7 @@ from ..errors import IncompatibleStateError, MixedTypesError, UnknownStateError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec, to_json
 from . import infer
+from .evolution_check import check_evolution
 from .routing import PID_COL, check_no_null_keys, check_partition, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
 from .runtime import TaskConfig, guarded, ttl_clock
@@ -475,6 +476,9 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
                      batch_id=version, output_cols=["partition", "rows"],
                      allow_pickle=allow_pickle, ttl_time_ms=clock)
+    if version:
+        check_evolution(cfg.checkpoint, operator_id, max_parallelism, [descriptor],
+                        cfg.key_codecs, version)
     needed = list(dict.fromkeys([*cols, *extra]))  # a column may serve twice (key and user key)
     routed = route(df.select(*needed), cols, n, max_parallelism)
     check_workers(df.sparkSession)
