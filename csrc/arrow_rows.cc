@@ -689,6 +689,7 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
     offsets->assign(1, 0);
     offsets->reserve(static_cast<size_t>(n) + 1);
     nulls->assign(null_rows == kNullRowsMark ? static_cast<size_t>(n) : 0, 0);
+    const bool marked = !prefix.empty();
     for (int64_t r = 0; r < n; ++r) {
       if (ArrowIsNull(array, r)) {
         if (null_rows == kNullRowsRefuse) {
@@ -700,7 +701,7 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
         if (null_rows == kNullRowsMapFlag) data->push_back(1);
       } else {
         if (null_rows == kNullRowsMapFlag) data->push_back(0);
-        data->append(prefix);
+        if (marked) data->append(prefix);
         if (!enc.Value(0, type, array, r, data)) {
           err->row = r;
           std::reverse(err->path.begin(), err->path.end());

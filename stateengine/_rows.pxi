@@ -170,8 +170,13 @@ cdef class EvolvedRowCodec(RowCodec):
         return RowCodec.encode(self, v, out)
 
     cdef object decode(self, const char* p, size_t n, size_t* used):
-        cdef size_t marker = 0, old_len = 0, got = 0
+        cdef size_t marker = self.prefix.size(), old_len = 0, got = 0
         cdef cbool upgraded = False
+        if marker and n > marker and memcmp(p, self.prefix.data(), marker) == 0:
+            # written now: the current schema after the marker (the common case first)
+            r = RowCodec.decode(self, p + marker, n - marker, used)
+            used[0] += marker
+            return r
         if not self.versions.Read(p, n, False, &self._scratch, &marker, &upgraded, &old_len):
             raise _CorruptionError(
                 f"stored bytes ({n} bytes) are not a valid encoding of any version of schema "

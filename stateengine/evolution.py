@@ -782,11 +782,35 @@ def versions_spec(meta: Mapping[str, Any]) -> bytes:
     return history.spec() if history is not None and history.evolved else b""
 
 
+def _fixed_problems(have: Mapping[str, Any], want: Mapping[str, Any]) -> list[tuple]:
+    """What a descriptor changes that no state may: its kind, serializers, functions, TTL."""
+    from .serializers import codec_name
+
+    out = []
+    if have.get("kind") != want.get("kind"):
+        out.append(("kind", str(have.get("kind")), str(want.get("kind")),
+                    "a state's kind never changes"))
+    for field_, where in (("value_codec", "value"), ("user_key_codec", "user_key")):
+        if have.get(field_) != want.get(field_):
+            out.append((where, codec_name(have[field_]), codec_name(want[field_]),
+                        "a state's serializers never change (user keys are the RocksDB key)"))
+    for field_ in ("merge", "native_op"):
+        if have.get(field_) != want.get(field_):
+            out.append((field_, str(have.get(field_)), str(want.get(field_)),
+                        "a state's function kind never changes"))
+    if bool(have.get("ttl")) != bool(want.get("ttl")):
+        out.append(("ttl", str(bool(have.get("ttl"))), str(bool(want.get("ttl"))),
+                    "TTL cannot be turned on or off for existing state"))
+    return out
+
+
 def check_descriptors(stored: Mapping[str, Mapping[str, Any]], descriptors: Sequence[Any],
-                      extra: Sequence[tuple[str, str, str, str]] = ()) -> None:
+                      extra: Sequence[tuple[str, str, str, str]] = (),
+                      fixed: bool = True) -> None:
     """Raises one SchemaEvolutionError listing every offending path of every descriptor whose
-    schemas cannot evolve from its stored meta (and the ``extra`` problems, e.g. the key
-    types); descriptors of other kinds or codecs are left to registration to refuse."""
+    schemas cannot evolve from its stored meta, and the ``extra`` problems (e.g. the key
+    types). ``fixed``: a changed kind, serializer, function or TTL setting is listed too;
+    else such descriptors are left to registration, which refuses them by its own error."""
     problems = list(extra)
     names = []
     for d in descriptors:
@@ -794,9 +818,11 @@ def check_descriptors(stored: Mapping[str, Mapping[str, Any]], descriptors: Sequ
         if have is None:
             continue
         want = d.meta()
-        if any(have.get(k) != want.get(k) for k in ("kind", "value_codec", "user_key_codec")):
+        found = _fixed_problems(have, want)
+        if found and not fixed:
             continue
-        found, _ = problems_of(d.name, have, want, d.evolution)
+        if not found:
+            found, _ = problems_of(d.name, have, want, d.evolution)
         if found:
             names.append(d.name)
             problems += [(f"{d.name} {w}", o, n, why) for w, o, n, why in found]

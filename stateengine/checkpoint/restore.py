@@ -216,7 +216,7 @@ def _register(backend: RestoreTarget, descriptors: Sequence[Any]) -> None:
     IncompatibleStateError, and schemas that cannot evolve are one SchemaEvolutionError for
     all descriptors."""
     check_descriptors({n: backend.state_meta(n) for n, _ in backend.column_families()},
-                      descriptors)
+                      descriptors, fixed=False)
     for d in descriptors:
         try:
             backend.get_state(d)

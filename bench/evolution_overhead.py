@@ -1,0 +1,192 @@
+"""What schema evolution costs typed state, counted in instructions under callgrind.
+
+    python bench/evolution_overhead.py --before /path/to/build-before --after .
+
+Four variants of the same typed value, list and map states (values of the schema
+``count bigint, last string, seen array<bigint>, flag boolean``), each read and written by
+the scalar and the batch calls:
+
+* ``before``: the build before schema evolution (a directory holding a built ``stateengine``,
+  e.g. a copy of the tree at commit 5ae7088 built in place), state that never evolved;
+* ``plain``: this build, the same state (no schema history);
+* ``current``: this build, the state evolved from ``count int, last string, seen
+  array<bigint>`` (a widened and an added field) and every entry written again since, so
+  each carries the current version's marker;
+* ``old``: this build, the same evolved state whose entries were all written before the
+  evolution: every read upgrades an old entry (writes are in the current schema anyway).
+
+Each variant runs once in a child under valgrind's callgrind (``--keys`` entries, flushed
+and compacted; ``--ops`` scalar calls, ``--calls`` batch calls of ``--rows`` distinct keys)
+and reports instructions per operation counted inside the Cython entry point of each call
+(bench/ttl_overhead.py's callgrind_counts). The targets: ``plain`` and ``current`` cost what
+``before`` does; ``old`` reads at most 1.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ttl_overhead import callgrind_counts  # noqa: E402
+
+OLD = "count int, last string, seen array<bigint>"
+NEW = "count bigint, last string, seen array<bigint>, flag boolean"
+CASES = ["valueGet.scalar", "valueUpdate.scalar", "mapGet.scalar", "mapPut.scalar",
+         "listGet.scalar", "listAppend.scalar", "valueGet.batch", "valueUpdate.batch",
+         "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch"]
+ENTRY_POINTS = {
+    "valueGet.scalar": "NativeValueState_3value", "valueUpdate.scalar": "NativeValueState_5update",
+    "mapGet.scalar": "NativeMapState_3get", "mapPut.scalar": "NativeMapState_5put",
+    "listGet.scalar": "NativeListState_1get", "listAppend.scalar": "NativeListState_3add",
+    "valueGet.batch": "_value_get_many", "valueUpdate.batch": "_value_put_many",
+    "mapGet.batch": "_map_get_many", "mapPut.batch": "_map_put_many",
+    "listGet.batch": "_list_get_many", "listAppend.batch": "_list_add_many",
+}
+VARIANTS = ("before", "plain", "current", "old")
+
+
+def child(variant: str, keys: int, ops: int, rows: int, calls: int) -> None:
+    """Sets the states up as the variant says, then runs every case once."""
+    import numpy as np
+    import pyarrow as pa
+
+    from stateengine import (KeyedStateBackend, ListStateDescriptor, MapStateDescriptor,
+                             ValueStateDescriptor, _native)
+
+    def descs(schema):
+        return [ValueStateDescriptor("value", schema), ListStateDescriptor("list", schema),
+                MapStateDescriptor("map", user_key_type=int, value_type=schema)]
+
+    def columns(schema, ks):
+        n = len(ks)
+        cols = {"count": pa.array(ks, pa.int32() if schema == OLD else pa.int64()),
+                "last": pa.array([f"s{k % 97}" for k in ks.tolist()]),
+                "seen": pa.array([[1, 2, 3]] * n, pa.list_(pa.int64()))}
+        if schema == NEW:
+            cols["flag"] = pa.array([True] * n)
+        return pa.StructArray.from_arrays(list(cols.values()), list(cols))
+
+    path = tempfile.mkdtemp(prefix="evolution-overhead-")
+    all_keys = np.arange(keys, dtype=np.int64)
+    first = OLD if variant in ("current", "old") else NEW
+    b = KeyedStateBackend(os.path.join(path, "b"), key_type=int)
+    value, lst, mp = (b.get_state(d) for d in descs(first))
+
+    def fill(value, lst, mp, schema):
+        for a in range(0, keys, 10_000):
+            k = all_keys[a:a + 10_000]
+            col = columns(schema, k)
+            value.put_many(k, col)
+            mp.put_many(k, k % 10, col)
+        # Lists are put, not merged: merge operands could stay unmerged after the compaction
+        # below in one variant and not in another (see bench/ttl_overhead.py)
+        extra = (True,) if schema == NEW else ()
+        for key in all_keys.tolist():
+            b.set_current_key(key)
+            lst.update([(key, f"s{key % 97}", [1, 2, 3], *extra)])
+
+    fill(value, lst, mp, first)
+    print(f"{variant}: stateengine from {os.path.dirname(_native.__file__)}", file=sys.stderr)
+    if first == OLD:  # evolve: a full snapshot restored under the new schema
+        handle = b.snapshot(os.path.join(path, "snap"), "s").result()
+        b.close()
+        b = KeyedStateBackend.restore(os.path.join(path, "r"), [handle], key_type=int,
+                                      descriptors=descs(NEW))
+        value, lst, mp = (b.get_state(d) for d in descs(NEW))
+        if variant == "current":  # every entry written again: all in the current schema
+            fill(value, lst, mp, NEW)
+    # Every variant ends restored from a full snapshot, flushed and compacted, so that the
+    # databases the cases read are laid out alike.
+    handle = b.snapshot(os.path.join(path, "final"), "s").result()
+    b.close()
+    b = KeyedStateBackend.restore(os.path.join(path, "f"), [handle], key_type=int,
+                                  descriptors=descs(NEW))
+    value, lst, mp = (b.get_state(d) for d in descs(NEW))
+    b._native_flush()
+    b._native_compact()
+    rng = np.random.default_rng(7)
+    scalar = rng.integers(0, keys, ops).tolist()
+    batches = [rng.choice(keys, rows, replace=False).astype(np.int64) for _ in range(calls)]
+    writes = [columns(NEW, k) for k in batches]
+    set_key = b.set_current_key
+    row = (1, "x", [1, 2, 3], True)
+
+    def scalar_case(call):
+        def run():
+            for k in scalar:
+                set_key(k)
+                call(k)
+        return run
+
+    def batched(fn):
+        def run():
+            for i, k in enumerate(batches):
+                fn(k, writes[i])
+        return run
+
+    runs = {
+        "valueGet.scalar": scalar_case(lambda k: value.value()),
+        "valueUpdate.scalar": scalar_case(lambda k: value.update(row)),
+        "mapGet.scalar": scalar_case(lambda k: mp.get(k % 10)),
+        "mapPut.scalar": scalar_case(lambda k: mp.put(k % 10, row)),
+        "listGet.scalar": scalar_case(lambda k: lst.get()),
+        "valueGet.batch": batched(lambda k, w: value.get_many(k)),
+        "valueUpdate.batch": batched(lambda k, w: value.put_many(k, w)),
+        "mapGet.batch": batched(lambda k, w: mp.get_many(k, k % 10)),
+        "mapPut.batch": batched(lambda k, w: mp.put_many(k, k % 10, w)),
+        "listGet.batch": batched(lambda k, w: lst.get_many(k)),
+        # appends last: they grow the lists the reads above measure
+        "listAppend.scalar": scalar_case(lambda k: lst.add(row)),
+        "listAppend.batch": batched(lambda k, w: lst.add_many(k, w)),
+    }
+    # writes overwrite entries the reads of "old" must still find old: reads run first
+    order = [c for c in runs if "Get" in c] + [c for c in runs if "Get" not in c]
+    _native.crc32c(b"evolution_overhead: setup done")  # callgrind dumps before this call
+    for name in order:
+        runs[name]()
+    b.close()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--before", required=True, help="root of the build before schema evolution")
+    p.add_argument("--after", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--ops", type=int, default=2_000)
+    p.add_argument("--rows", type=int, default=1_000)
+    p.add_argument("--calls", type=int, default=4)
+    p.add_argument("--json", help="also write the counts to this file")
+    p.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args.child, args.keys, args.ops, args.rows, args.calls)
+        return 0
+    per_case = {c: args.ops if c.endswith("scalar") else args.rows * args.calls for c in CASES}
+    counts = {}
+    for v in VARIANTS:
+        cmd = [sys.executable, os.path.abspath(__file__), "--before", args.before, "--child", v,
+               "--keys", str(args.keys), "--ops", str(args.ops), "--rows", str(args.rows),
+               "--calls", str(args.calls)]
+        counts[v] = callgrind_counts(args.before if v == "before" else args.after, cmd,
+                                     ENTRY_POINTS, per_case)
+        print(f"{v} done", file=sys.stderr, flush=True)
+    print(f"{'case':<20}" + "".join(f"{v + ' Ir/op':>15}" for v in VARIANTS) +
+          f"{'plain/before':>14}{'current/before':>16}{'old/before':>12}")
+    for case in CASES:
+        b = counts["before"][case]
+        print(f"{case:<20}" + "".join(f"{counts[v][case]:>15,.0f}" for v in VARIANTS) +
+              f"{counts['plain'][case] / b:>14.4f}{counts['current'][case] / b:>16.4f}"
+              f"{counts['old'][case] / b:>12.4f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(counts, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
