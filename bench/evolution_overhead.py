@@ -15,10 +15,11 @@ the scalar and the batch calls:
 * ``old``: this build, the same evolved state whose entries were all written before the
   evolution: every read upgrades an old entry (writes are in the current schema anyway).
 
-Each variant runs once in a child under valgrind's callgrind (``--keys`` entries, flushed
-and compacted; ``--ops`` scalar calls, ``--calls`` batch calls of ``--rows`` distinct keys)
-and reports instructions per operation counted inside the Cython entry point of each call
-(bench/ttl_overhead.py's callgrind_counts). The targets: ``plain`` and ``current`` cost what
+Each case of each variant runs in a child of its own under valgrind's callgrind (the same
+setup in all: ``--keys`` entries written, restored under the new schema, written again,
+restored, flushed and compacted; then ``--ops`` scalar calls or ``--calls`` batch calls of
+``--rows`` distinct keys) and reports instructions per operation counted inside the Cython
+entry point of each call (bench/ttl_overhead.py's callgrind_counts). The targets: ``plain`` and ``current`` cost what
 ``before`` does; ``old`` reads at most 1.5x.
 """
 
@@ -89,23 +90,28 @@ def child(variant: str, keys: int, ops: int, rows: int, calls: int) -> None:
             b.set_current_key(key)
             lst.update([(key, f"s{key % 97}", [1, 2, 3], *extra)])
 
+    def snapshot_restore(name):
+        nonlocal b
+        handle = b.snapshot(os.path.join(path, name + "-snap"), "s").result()
+        b.close()
+        b = KeyedStateBackend.restore(os.path.join(path, name), [handle], key_type=int,
+                                      descriptors=descs(NEW))
+        return [b.get_state(d) for d in descs(NEW)]
+
+    # The same sequence in every variant: write every entry, restore under the new schema,
+    # write every entry again (to other states in "old", whose entries must stay old), restore.
+    # RocksDB draws its memtable skip list heights from a per-thread random generator, so
+    # writes cost the same only if every variant inserted as many entries before the cases.
     fill(value, lst, mp, first)
     print(f"{variant}: stateengine from {os.path.dirname(_native.__file__)}", file=sys.stderr)
-    if first == OLD:  # evolve: a full snapshot restored under the new schema
-        handle = b.snapshot(os.path.join(path, "snap"), "s").result()
-        b.close()
-        b = KeyedStateBackend.restore(os.path.join(path, "r"), [handle], key_type=int,
-                                      descriptors=descs(NEW))
-        value, lst, mp = (b.get_state(d) for d in descs(NEW))
-        if variant == "current":  # every entry written again: all in the current schema
-            fill(value, lst, mp, NEW)
-    # Every variant ends restored from a full snapshot, flushed and compacted, so that the
-    # databases the cases read are laid out alike.
-    handle = b.snapshot(os.path.join(path, "final"), "s").result()
-    b.close()
-    b = KeyedStateBackend.restore(os.path.join(path, "f"), [handle], key_type=int,
-                                  descriptors=descs(NEW))
-    value, lst, mp = (b.get_state(d) for d in descs(NEW))
+    value, lst, mp = snapshot_restore("evolved")
+    if variant == "old":
+        fill(*(b.get_state(d) for d in [ValueStateDescriptor("value2", NEW),
+                                        ListStateDescriptor("list2", NEW),
+                                        MapStateDescriptor("map2", int, NEW)]), NEW)
+    else:
+        fill(value, lst, mp, NEW)
+    value, lst, mp = snapshot_restore("final")
     b._native_flush()
     b._native_compact()
     rng = np.random.default_rng(7)
@@ -146,8 +152,10 @@ def child(variant: str, keys: int, ops: int, rows: int, calls: int) -> None:
     # writes overwrite entries the reads of "old" must still find old: reads run first
     order = [c for c in runs if "Get" in c] + [c for c in runs if "Get" not in c]
     _native.crc32c(b"evolution_overhead: setup done")  # callgrind dumps before this call
+    only = os.environ.get("EVOLUTION_OVERHEAD_ONLY")  # comma-separated cases, for profiling
     for name in order:
-        runs[name]()
+        if not only or name in only.split(","):
+            runs[name]()
     b.close()
 
 
@@ -156,7 +164,7 @@ def main(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", required=True, help="root of the build before schema evolution")
     p.add_argument("--after", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--ops", type=int, default=2_000)
     p.add_argument("--rows", type=int, default=1_000)
     p.add_argument("--calls", type=int, default=4)
@@ -167,14 +175,19 @@ def main(argv: list[str]) -> int:
         child(args.child, args.keys, args.ops, args.rows, args.calls)
         return 0
     per_case = {c: args.ops if c.endswith("scalar") else args.rows * args.calls for c in CASES}
-    counts = {}
-    for v in VARIANTS:
-        cmd = [sys.executable, os.path.abspath(__file__), "--before", args.before, "--child", v,
-               "--keys", str(args.keys), "--ops", str(args.ops), "--rows", str(args.rows),
-               "--calls", str(args.calls)]
-        counts[v] = callgrind_counts(args.before if v == "before" else args.after, cmd,
-                                     ENTRY_POINTS, per_case)
-        print(f"{v} done", file=sys.stderr, flush=True)
+    counts: dict[str, dict[str, float]] = {v: {} for v in VARIANTS}
+    for case in CASES:
+        # One process per case and variant: RocksDB's memtable skip list draws node heights
+        # from a per-thread random generator, so a write case costs the same in two variants
+        # only if the same calls ran before it.
+        for v in VARIANTS:
+            cmd = [sys.executable, os.path.abspath(__file__), "--before", args.before,
+                   "--child", v, "--keys", str(args.keys), "--ops", str(args.ops),
+                   "--rows", str(args.rows), "--calls", str(args.calls)]
+            os.environ["EVOLUTION_OVERHEAD_ONLY"] = case
+            counts[v].update(callgrind_counts(args.before if v == "before" else args.after,
+                                              cmd, {case: ENTRY_POINTS[case]}, per_case))
+        print(f"{case} done", file=sys.stderr, flush=True)
     print(f"{'case':<20}" + "".join(f"{v + ' Ir/op':>15}" for v in VARIANTS) +
           f"{'plain/before':>14}{'current/before':>16}{'old/before':>12}")
     for case in CASES:

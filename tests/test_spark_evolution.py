@@ -89,8 +89,8 @@ def test_apply_with_state_states_evolve_between_batches(spark, tmp_path):
              for r in read_state(spark, ck, "pages", operator_id="op").collect()}
     assert pages[1] == [("home", 10, None), ("cart", 11, None), ("pay", 20, "ad")]
     flat = read_state(spark, ck, "by_page", operator_id="op", flatten=True)
-    assert flat.columns == ["key", "user_key", "n", "first_seen"]
-    assert sorted(tuple(r) for r in flat.collect()) == [
+    assert flat.columns == ["key", "namespace", "user_key", "n", "first_seen"]
+    assert sorted(tuple(r) for r in flat.drop("namespace").collect()) == [
         (1, "cart", 1.0, None), (1, "home", 1.0, None), (1, "pay", 2.5, "now"),
         (2, "home", 1.0, None), (3, "home", 2.5, "now")]
 
@@ -126,7 +126,7 @@ def test_bootstrap_state_writes_an_evolved_schema(spark, tmp_path):
                         operator_id="op", version=v)
     assert v == 2
     rows = sorted(tuple(r) for r in read_state(spark, ck, "s", operator_id="op",
-                                               flatten=True).collect())
+                                               flatten=True).drop("namespace").collect())
     assert rows == [(1, 1, None), (2, 20, 0.5), (3, 30, 1.5)]
 
 
