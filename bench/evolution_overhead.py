@@ -32,21 +32,15 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ttl_overhead import callgrind_counts  # noqa: E402
+from ttl_overhead import ENTRY_POINTS as TTL_ENTRY_POINTS, callgrind_counts  # noqa: E402
 
 OLD = "count int, last string, seen array<bigint>"
 NEW = "count bigint, last string, seen array<bigint>, flag boolean"
 CASES = ["valueGet.scalar", "valueUpdate.scalar", "mapGet.scalar", "mapPut.scalar",
          "listGet.scalar", "listAppend.scalar", "valueGet.batch", "valueUpdate.batch",
          "mapGet.batch", "mapPut.batch", "listGet.batch", "listAppend.batch"]
-ENTRY_POINTS = {
-    "valueGet.scalar": "NativeValueState_3value", "valueUpdate.scalar": "NativeValueState_5update",
-    "mapGet.scalar": "NativeMapState_3get", "mapPut.scalar": "NativeMapState_5put",
-    "listGet.scalar": "NativeListState_1get", "listAppend.scalar": "NativeListState_3add",
-    "valueGet.batch": "_value_get_many", "valueUpdate.batch": "_value_put_many",
-    "mapGet.batch": "_map_get_many", "mapPut.batch": "_map_put_many",
-    "listGet.batch": "_list_get_many", "listAppend.batch": "_list_add_many",
-}
+# the Cython entry point each case calls (the same cases as bench/ttl_overhead.py)
+ENTRY_POINTS = {c: TTL_ENTRY_POINTS[c] for c in CASES}
 VARIANTS = ("before", "plain", "current", "old")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from stateengine import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from stateengine.errors import SchemaEvolutionError
-from stateengine.spark import apply_with_state, bootstrap_state, read_state
+from stateengine.spark import apply_with_state, bootstrap_state, map_with_state, read_state
 
 pytestmark = pytest.mark.spark
 
@@ -88,6 +88,17 @@ def test_apply_with_state_states_evolve_between_batches(spark, tmp_path):
     pages = {r.key: [tuple(e) for e in r.value]
              for r in read_state(spark, ck, "pages", operator_id="op").collect()}
     assert pages[1] == [("home", 10, None), ("cart", 11, None), ("pay", 20, "ad")]
+    # map_with_state's batch calls read entries of both versions (user 2's is of version 0)
+    def batch_read(rows, ctx):
+        keys = sorted(set(rows["user"].tolist()))
+        values, _ = ctx.state("session").get_many(keys)
+        return pd.DataFrame({"user": keys, "before": [json.dumps(v) for v in values.to_pylist()]})
+
+    users = spark.createDataFrame(pd.DataFrame({"user": [1, 2]}))
+    got = map_with_state(users, "user", batch_read, "user bigint, before string", V2, ck, 2,
+                         num_partitions=2, operator_id="op").collect()
+    assert {r.user: json.loads(r.before) for r in got} == {
+        1: {"visits": 2, "clicks": 3, "page": "pay"}, 2: {"visits": 1, "clicks": 1, "page": "home"}}
     flat = read_state(spark, ck, "by_page", operator_id="op", flatten=True)
     assert flat.columns == ["key", "namespace", "user_key", "n", "first_seen"]
     assert sorted(tuple(r) for r in flat.drop("namespace").collect()) == [
@@ -141,14 +152,14 @@ def test_evolution_on_spark_connect(connect, tmp_path):
 
 # ---- a StatefulProcessor, against Spark's own operator with Avro state encoding -------------
 
-def _processor(schema, value):
+def _processor(schema, value, **evolve):
     from pyspark.sql.streaming import StatefulProcessor
 
     class Probe(StatefulProcessor):
         def init(self, handle):
-            self.s = handle.getValueState("s", schema)
-            self.l = handle.getListState("l", schema)
-            self.m = handle.getMapState("m", "k string", schema)
+            self.s = handle.getValueState("s", schema, **evolve)
+            self.l = handle.getListState("l", schema, **evolve)
+            self.m = handle.getMapState("m", "k string", schema, **evolve)
 
         def handleInputRows(self, key, rows, timerValues):
             for _ in rows:
@@ -207,3 +218,11 @@ def test_a_processor_evolves_as_spark_with_avro_encoding_does(spark, tmp_path):
     assert ours == spark_out
     assert json.loads(ours[1][0][1]) == [["x", 1, None], [["x", 1, None]],
                                          [[["u"], ["x", 1, None]]]]
+    # stateengine's handle also takes renames and defaults (Spark's has no such keywords)
+    v3 = _processor("bb string, a bigint, c double, d int NOT NULL", ("z", 3, 1.0, 4),
+                    renamed_from={"bb": "b"}, field_defaults={"d": 7})
+    [(_, old)] = transform_with_state_in_pandas(
+        spark.createDataFrame([("a",)], "id string"), v3, "id", "id string, old string",
+        str(tmp_path / "se"), batch_id=2).collect()
+    assert json.loads(old) == [["y", 2, 0.5, 7], [["x", 1, None, 7], ["y", 2, 0.5, 7]],
+                               [[["u"], ["y", 2, 0.5, 7]]]]
