@@ -357,7 +357,8 @@ class KeyedStateBackend(_native.NativeBackend):
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
         if descriptor.value_schema is not None:
-            handle._set_value_row(evolution.value_codec(want, f"state '{name}'"))
+            handle._set_value_row(evolution.value_codec(want, f"state '{name}'",
+                                                        descriptor.value_schema))
         kind = descriptor.kind
         if kind is StateKind.VALUE:
             handle._set_default(descriptor.default)

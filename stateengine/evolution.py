@@ -445,13 +445,13 @@ class History:
             raw = meta.get(HISTORY)
             if raw is None:
                 return cls([Version(current)])
-            return cls._parse(raw, current, str(meta.get("name")))
+            return cls._parse(raw, current)
         except (ValueError, StateRegistrationError) as e:
             raise CorruptionError(f"{source}: state '{meta.get('name')}' has a malformed "
                                   f"schema history ({e})") from None
 
     @classmethod
-    def _parse(cls, raw: Any, current: st.DataType, name: str) -> "History":
+    def _parse(cls, raw: Any, current: st.DataType) -> "History":
         if not isinstance(raw, list) or len(raw) < 2:
             raise ValueError(f"{HISTORY} must list two or more versions")
         versions = []
@@ -756,22 +756,30 @@ def merge_histories(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any
 _CODECS: dict[str, Any] = {}
 
 
-def value_codec(meta: Mapping[str, Any], source: str = "state meta") -> Any:
+def value_codec(meta: Mapping[str, Any], source: str = "state meta",
+                schema: st.DataType | None = None) -> Any:
     """The RowCodec that reads and writes the values of a typed state with this meta (None
-    for other states): the shared codec of its schema, or, once the schema evolved, an
-    EvolvedRowCodec of its history (one per history, shared)."""
+    for other states): the shared codec of its schema (``schema``: the meta's value schema,
+    already parsed), or, once the schema evolved, an EvolvedRowCodec of its history (one per
+    history, shared: a history is parsed and checked once per process)."""
     from . import _native
 
-    history = History.of_meta(meta, source)
-    if history is None:
+    if meta.get("value_schema") is None:
+        History.of_meta(meta, source)  # CorruptionError for a history without a schema
         return None
-    if not history.evolved:
-        return _native.row_codec(history.current)
-    attr = history.attribute()
-    key = repr(attr)
+    if HISTORY not in meta:
+        if schema is None:
+            try:
+                schema = st.schema_from_canonical(meta["value_schema"], "value_schema")
+            except ValueError as e:
+                raise CorruptionError(f"{source}: {e}") from None
+        return _native.row_codec(schema)
+    key = repr((meta["value_schema"], meta[HISTORY]))
     codec = _CODECS.get(key)
     if codec is None:
-        codec = _native.EvolvedRowCodec(history.current, history.spec(), attr)
+        history = History.of_meta(meta, source)
+        assert history is not None
+        codec = _native.EvolvedRowCodec(history.current, history.spec(), history.attribute())
         _CODECS[key] = codec
     return codec
 

@@ -22,8 +22,6 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-import pyarrow as pa
-
 from stateengine import (KeyedStateBackend, KeyGroupRange, ListStateDescriptor,
                          MapStateDescriptor, ValueStateDescriptor, assign_key_group)
 from stateengine import sparktypes as T

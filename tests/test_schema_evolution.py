@@ -12,7 +12,6 @@ import os
 import sys
 import tarfile
 import uuid
-from decimal import Decimal
 
 import pytest
 
