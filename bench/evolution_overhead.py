@@ -15,11 +15,12 @@ the scalar and the batch calls:
 * ``old``: this build, the same evolved state whose entries were all written before the
   evolution: every read upgrades an old entry (writes are in the current schema anyway).
 
-Each case of each variant runs in a child of its own under valgrind's callgrind (the same
-setup in all: ``--keys`` entries written, restored under the new schema, written again,
-restored, flushed and compacted; then ``--ops`` scalar calls or ``--calls`` batch calls of
-``--rows`` distinct keys) and reports instructions per operation counted inside the Cython
-entry point of each call (bench/ttl_overhead.py's callgrind_counts). The targets: ``plain`` and ``current`` cost what
+Each variant runs once under valgrind's callgrind: the same setup in all (``--keys`` entries
+written, restored under the new schema, written again, restored, flushed and compacted),
+then one forked process per case (``--ops`` scalar calls, or ``--calls`` batch calls of
+``--rows`` distinct keys), each with a profile of its own. The report is instructions per
+operation counted inside the Cython entry point of each call, as bench/ttl_overhead.py
+counts them. The targets: ``plain`` and ``current`` cost what
 ``before`` does; ``old`` reads at most 1.5x.
 """
 
@@ -28,11 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ttl_overhead import ENTRY_POINTS as TTL_ENTRY_POINTS, callgrind_counts  # noqa: E402
+from ttl_overhead import ENTRY_POINTS as TTL_ENTRY_POINTS  # noqa: E402
 
 OLD = "count int, last string, seen array<bigint>"
 NEW = "count bigint, last string, seen array<bigint>, flag boolean"
@@ -139,18 +141,56 @@ def child(variant: str, keys: int, ops: int, rows: int, calls: int) -> None:
         "mapGet.batch": batched(lambda k, w: mp.get_many(k, k % 10)),
         "mapPut.batch": batched(lambda k, w: mp.put_many(k, k % 10, w)),
         "listGet.batch": batched(lambda k, w: lst.get_many(k)),
-        # appends last: they grow the lists the reads above measure
         "listAppend.scalar": scalar_case(lambda k: lst.add(row)),
         "listAppend.batch": batched(lambda k, w: lst.add_many(k, w)),
     }
-    # writes overwrite entries the reads of "old" must still find old: reads run first
-    order = [c for c in runs if "Get" in c] + [c for c in runs if "Get" not in c]
-    _native.crc32c(b"evolution_overhead: setup done")  # callgrind dumps before this call
+    # One forked process per case: each starts from the same setup (the same memtables and
+    # the same state of RocksDB's per-thread generator of skip list heights, from which a
+    # write's cost depends), so that a case costs the same in two variants when its calls do.
+    # Callgrind follows the fork; the marker call in the child dumps and zeroes its counts, so
+    # each child's final profile holds its case alone.
     only = os.environ.get("EVOLUTION_OVERHEAD_ONLY")  # comma-separated cases, for profiling
-    for name in order:
-        if not only or name in only.split(","):
+    for name in CASES:
+        if only and name not in only.split(","):
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _native.crc32c(b"evolution_overhead: setup done")
             runs[name]()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            raise SystemExit(f"case {name} failed ({status})")
     b.close()
+
+
+def callgrind_variant(root: str, cmd: list[str], per_case: dict[str, int]) -> dict[str, float]:
+    """Instructions per operation of every case of one variant: one callgrind run whose
+    forked children (one per case) each write their own profile."""
+    import glob
+    import re
+
+    prefix = tempfile.mktemp(prefix="evolution-overhead-")
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}.%p",
+                           "--dump-before=__pyx_pw_*crc32c(*", *cmd],
+                          env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-3000:])
+    result: dict[str, float] = {}
+    for path in glob.glob(prefix + ".*"):
+        if re.search(r"\.\d+\.\d+$", path):  # the dumps at the marker: setup, not cases
+            continue
+        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                                    path], capture_output=True, text=True).stdout
+        for case, entry in ENTRY_POINTS.items():
+            m = re.search(r"^\s*([\d,]+) .*__pyx_pw_\w*" + re.escape(entry) + r"\(",
+                          annotated, re.M)
+            if m:
+                result[case] = int(m.group(1).replace(",", "")) / per_case[case]
+    for path in glob.glob(prefix + ".*"):
+        os.remove(path)
+    return result
 
 
 def main(argv: list[str]) -> int:
@@ -158,7 +198,7 @@ def main(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", required=True, help="root of the build before schema evolution")
     p.add_argument("--after", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--keys", type=int, default=20_000)
     p.add_argument("--ops", type=int, default=2_000)
     p.add_argument("--rows", type=int, default=1_000)
     p.add_argument("--calls", type=int, default=4)
@@ -169,19 +209,14 @@ def main(argv: list[str]) -> int:
         child(args.child, args.keys, args.ops, args.rows, args.calls)
         return 0
     per_case = {c: args.ops if c.endswith("scalar") else args.rows * args.calls for c in CASES}
-    counts: dict[str, dict[str, float]] = {v: {} for v in VARIANTS}
-    for case in CASES:
-        # One process per case and variant: RocksDB's memtable skip list draws node heights
-        # from a per-thread random generator, so a write case costs the same in two variants
-        # only if the same calls ran before it.
-        for v in VARIANTS:
-            cmd = [sys.executable, os.path.abspath(__file__), "--before", args.before,
-                   "--child", v, "--keys", str(args.keys), "--ops", str(args.ops),
-                   "--rows", str(args.rows), "--calls", str(args.calls)]
-            os.environ["EVOLUTION_OVERHEAD_ONLY"] = case
-            counts[v].update(callgrind_counts(args.before if v == "before" else args.after,
-                                              cmd, {case: ENTRY_POINTS[case]}, per_case))
-        print(f"{case} done", file=sys.stderr, flush=True)
+    counts = {}
+    for v in VARIANTS:
+        cmd = [sys.executable, os.path.abspath(__file__), "--before", args.before, "--child", v,
+               "--keys", str(args.keys), "--ops", str(args.ops), "--rows", str(args.rows),
+               "--calls", str(args.calls)]
+        counts[v] = callgrind_variant(args.before if v == "before" else args.after, cmd,
+                                      per_case)
+        print(f"{v} done", file=sys.stderr, flush=True)
     print(f"{'case':<20}" + "".join(f"{v + ' Ir/op':>15}" for v in VARIANTS) +
           f"{'plain/before':>14}{'current/before':>16}{'old/before':>12}")
     for case in CASES:

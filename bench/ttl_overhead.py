@@ -185,27 +185,18 @@ def child_args(keys: int, ops: int, rows: int, calls: int, ttl: bool) -> list[st
 
 def callgrind(root: str, ttl: bool, keys: int, ops: int, rows: int,
               calls: int) -> dict[str, float]:
-    """Instructions per operation of every case under one root (one valgrind run)."""
-    per_case = {c: ops if c.endswith("scalar") else rows * calls for c in ENTRY_POINTS}
-    return callgrind_counts(root, [*child_args(keys, ops, rows, calls, ttl), "--once"],
-                            ENTRY_POINTS, per_case)
-
-
-def callgrind_counts(root: str, child: list[str], entry_points: dict[str, str],
-                     ops: dict[str, int]) -> dict[str, float]:
-    """Instructions per operation of every case of one child command under callgrind, with
-    ``root``'s stateengine. Callgrind dumps and zeroes its counts at the child's marker call
-    after setup (``_native.crc32c``; ``--dump-before``; one ``--toggle-collect`` per entry point
-    does not work: callgrind 3.19 honours only the first), so the final profile holds the cases
-    alone and each entry point's inclusive cost (``entry_points[case]``, a Cython function)
-    divided by ``ops[case]`` is its case's."""
+    """Instructions per operation of every case under one root (one valgrind run). Callgrind
+    dumps and zeroes its counts at the child's marker call after setup (``--dump-before``;
+    one ``--toggle-collect`` per entry point does not work: callgrind 3.19 honours only the
+    first), so the final profile holds the cases alone and each entry point's inclusive cost
+    is its case's."""
     import glob
     import re
 
-    out = tempfile.mktemp(prefix="callgrind-", suffix=".out")
+    out = tempfile.mktemp(prefix="ttl-overhead-", suffix=".callgrind")
     env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-           "--dump-before=__pyx_pw_*crc32c(*", *child]
+           "--dump-before=__pyx_pw_*crc32c(*", *child_args(keys, ops, rows, calls, ttl), "--once"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
@@ -214,9 +205,10 @@ def callgrind_counts(root: str, child: list[str], entry_points: dict[str, str],
     for f in glob.glob(out + "*"):
         os.remove(f)
     result = {}
-    for case, entry in entry_points.items():
+    for case, entry in ENTRY_POINTS.items():
         m = re.search(r"^\s*([\d,]+) .*__pyx_pw_\w*" + re.escape(entry) + r"\(", annotated, re.M)
-        result[case] = int(m.group(1).replace(",", "")) / ops[case] if m else float("nan")
+        n = ops if case.endswith("scalar") else rows * calls
+        result[case] = int(m.group(1).replace(",", "")) / n if m else float("nan")
     return result
 
 

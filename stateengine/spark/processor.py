@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
-from ..checkpoint.versions import VersionCatalog
+from ..checkpoint.versions import INITIAL_STATE_DIR, VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
@@ -369,7 +369,7 @@ def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
         raise KeyTypeError(f"initial state grouping columns {init_cols} have types {have}, "
                            f"which hash differently from the input's grouping columns "
                            f"{cfg.key_cols}; cast them to the input's types")
-    rel = f"{cfg.operator_id}/initial-state/n{cfg.num_partitions}"
+    rel = f"{cfg.operator_id}/{INITIAL_STATE_DIR}/n{cfg.num_partitions}"
     storage.delete_dir(rel)
     routed = route(initial, init_cols, cfg.num_partitions, cfg.max_parallelism)
     routed = routed.sortWithinPartitions(KG_COL, *init_cols)
