@@ -31,6 +31,7 @@ from .handles import FullSnapshotHandle, IncrementalHandle, handle_from_dict
 from .interface import BackendFactory, RestoreTarget
 from .legacy import convert_legacy, is_legacy
 from .storage import CheckpointStorage
+from .untrusted import check_rocksdb_files
 
 Handle = FullSnapshotHandle | IncrementalHandle
 
@@ -133,8 +134,11 @@ def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str
                        target: KeyGroupRange, key_type: Any,
                        allow_pickle: bool = False) -> RestoreTarget:
     """Opens what _materialize placed; a directory RocksDB cannot open (no CURRENT, a
-    MANIFEST that names missing files or other column families) is a corrupted checkpoint."""
+    MANIFEST that names missing files or other column families) is a corrupted checkpoint.
+    A child process reads it first (untrusted.py), so damage behind every checksum is an error,
+    never a signal."""
     try:
+        check_rocksdb_files(os.path.join(path, "db"), _describe(handle))
         return cls.open_restored(path, handle.max_parallelism, target, handle.states, key_type,
                                  allow_pickle=allow_pickle)
     except CorruptionError as e:
