@@ -68,12 +68,12 @@ def _backwards_sequence(root: str, manifest: str) -> None:
 
 
 def _bad_value_type(root: str, manifest: str) -> None:
-    """The first key of an SST's first data block with value type 0x7f, the block's checksum
-    recomputed."""
+    """The first key of an SST's first data block with value type 0xfe (beyond kMaxValue),
+    the block's checksum recomputed."""
     rel, data = _file(root, manifest, ".sst")
     block = rf.sst_blocks(data)[0]
     at = rf.first_key_trailer(data, block)
-    rf.replace_file(root, manifest, rel, rf.sst_with(data, block, at - block[0], 0x7F))
+    rf.replace_file(root, manifest, rel, rf.sst_with(data, block, at - block[0], 0xFE))
 
 
 CRAFTED = {"manifest-sequence-backwards": _backwards_sequence,
