@@ -64,6 +64,7 @@ rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveF
   const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
   std::string last;
   bool first = true;
+  const size_t counted_before = stats->entries;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     if (!first && cmp->Compare(key, last) <= 0) {
@@ -79,6 +80,17 @@ rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveF
   // ends; a file holding keys outside it would be skipped by lookups (a silent loss).
   if ((it->Valid() && first) || (!first && cmp->Compare(last, f.largestkey) > 0)) {
     return rocksdb::Status::Corruption(file, "holds keys outside the range its MANIFEST entry gives");
+  }
+  // Backwards too: Prev starts each step from a restart point, so every block's restart
+  // array is followed (what a Seek's binary search reads), not only its entries in order.
+  size_t back = 0;
+  for (it->SeekToLast(); it->Valid(); it->Prev()) {
+    if (back == 0 && it->key() != rocksdb::Slice(last)) break;
+    ++back;
+  }
+  if (!it->status().ok()) return it->status();
+  if (back != stats->entries - counted_before) {
+    return rocksdb::Status::Corruption(file, "reads differently backwards than forwards");
   }
   return rocksdb::Status::OK();
 }

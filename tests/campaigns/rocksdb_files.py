@@ -235,6 +235,12 @@ def rocksdb_files(root: str, manifest_rel: str) -> dict[str, str]:
 
 # ---- the campaign ---------------------------------------------------------------------------
 
+def _file_kind(case: str) -> str:
+    """MANIFEST, CURRENT, OPTIONS or sst, from a case's description."""
+    name = case.split(" ", 1)[0]
+    return "sst" if name.endswith(".sst") else name.split("-")[0]
+
+
 def _cases(root: str, manifest_rel: str, rng: random.Random, sst_per_block: int,
            values: tuple[int, ...]) -> list[tuple[str, str, bytes]]:
     """(description, checkpoint path, new bytes) of every case."""
@@ -263,7 +269,8 @@ def _cases(root: str, manifest_rel: str, rng: random.Random, sst_per_block: int,
 
 
 def run(seed: int = 1, limit: int | None = None, sst_per_block: int = 16,
-        workdir: str | None = None, progress: bool = False) -> dict:
+        workdir: str | None = None, progress: bool = False,
+        files: tuple[str, ...] = ("MANIFEST", "CURRENT", "OPTIONS", "sst")) -> dict:
     """Loads the incremental checkpoint of tests/campaigns/checkpoints.py once per case in a
     worker process; classifies each outcome like corruption.py (identical, corruption, error,
     wrong, raw, crash, timeout)."""
@@ -287,6 +294,7 @@ def run(seed: int = 1, limit: int | None = None, sst_per_block: int = 16,
         manifest_rel = kind.manifest(pristine_root)
         rng = random.Random(seed)
         cases = _cases(pristine_root, manifest_rel, rng, sst_per_block, (0x01, 0x80, 0xFF, 0x10))
+        cases = [c for c in cases if _file_kind(c[0]) in files]
         rng.shuffle(cases)
         if limit is not None:
             cases = cases[:limit]
@@ -303,9 +311,7 @@ def run(seed: int = 1, limit: int | None = None, sst_per_block: int = 16,
                     for r in (rel, manifest_rel):
                         shutil.copyfile(os.path.join(pristine_root, r), os.path.join(work_root, r))
                 outcomes[cls] += 1
-                kind_of = what.split(" ", 1)[0].split("-")[0]
-                kind_of = "sst" if kind_of.endswith(".sst") else kind_of
-                by_file.setdefault(kind_of, Counter())[cls] += 1
+                by_file.setdefault(_file_kind(what), Counter())[cls] += 1
                 if cls in ("crash", "raw", "timeout"):
                     bad.append({"case": what, "class": cls, "detail": detail[:400]})
                 elif cls == "wrong" and len(wrong) < 30:
@@ -330,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--limit", type=int, default=None, help="at most this many cases")
     p.add_argument("--sst-per-block", type=int, default=16, help="bytes tried per SST block")
+    p.add_argument("--files", default="MANIFEST,CURRENT,OPTIONS,sst",
+                   help="which files to damage (comma-separated)")
     args = p.parse_args(argv)
-    report = run(args.seed, args.limit, args.sst_per_block, progress=True)
+    report = run(args.seed, args.limit, args.sst_per_block, progress=True,
+                 files=tuple(args.files.split(",")))
     print(json.dumps(report, indent=1))
     return 1 if report["bad"] else 0
 
