@@ -7,7 +7,7 @@ directory, which is why the write-ahead log is off.
 
 A backend is used by one thread at a time (like a Flink task); snapshots run their
 asynchronous part on another thread without touching the current key. Other threads may still
-call it, and may close it while calls run: see "Thread model" in the README.
+call it, and may close it while calls run: see docs/reliability/thread-model.md.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class StateDescriptor:
     ``value_type`` may be a Spark schema: a DDL string (``"count long, last string, seen
     array<long>"``) or a pyspark ``DataType`` such as a ``StructType``. Values are then tuples
     (or pyspark Rows, or dicts keyed by field name) of that schema, stored by the typed row
-    codec; ``value()`` returns tuples. See the README's "Typed state".
+    codec; ``value()`` returns tuples. See docs/concepts/typed-state.md.
 
     ``ttl`` (a StateTtlConfig) gives the state a time-to-live (stateengine/ttl.py)."""
 
