@@ -81,6 +81,26 @@ def test_site_builds_strict(tmp_path):
     config = (site / "reference" / "configuration" / "index.html").read_text()
     assert "Sets the process-wide budget shared by every backend" in config
     assert "Bytes the shared budget holds now" in config
+    # the README is no page of the site: its links into docs/ are checked against the build
+    broken = [link for link in _readme_links() if not _resolves(link, site)]
+    assert not broken, f"README.md links that lead nowhere: {broken}"
+
+
+def _readme_links() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [m for m in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in m]
+
+
+def _resolves(link: str, site: Path) -> bool:
+    """A relative README link: the file exists, and a page's anchor is an id of its page."""
+    path, _, anchor = link.partition("#")
+    if not (ROOT / path).exists():
+        return False
+    if not anchor:
+        return True
+    rel = Path(path).relative_to("docs").with_suffix("")
+    page = site / (rel.parent if rel.name == "index" else rel) / "index.html"
+    return f'id="{anchor}"' in page.read_text(encoding="utf-8")
 
 
 def _documented_names() -> set[str]:
