@@ -76,6 +76,7 @@ rocksdb::Status CheckTableRange(const rocksdb::Options& options,
 
 // Every entry of one table file, checked against the key range its MANIFEST entry gives.
 rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveFileMetaData& f,
+                           rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
                            const rocksdb::ReadOptions& ro, DbCheckStats* stats) {
   const std::string file = f.directory + "/" + f.relative_filename;
   rocksdb::SstFileReader reader(options);
@@ -114,40 +115,34 @@ rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveF
   if (back != stats->entries - counted_before) {
     return rocksdb::Status::Corruption(file, "reads differently backwards than forwards");
   }
-  // And by Seek to every key: each binary search over the restart points lands on its key.
+  // And every key found again by Seek (a binary search over the restart points), and by a
+  // Get through the database, as the restoring process looks keys up: merged with the other
+  // tables, blob indexes decoded, the data block's hash index and the Bloom filter used.
   std::unique_ptr<rocksdb::Iterator> seek(reader.NewIterator(ro));
+  rocksdb::PinnableSlice value;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     seek->Seek(it->key());
     if (!seek->Valid() || seek->key() != it->key()) {
       if (!seek->status().ok()) return seek->status();
       return rocksdb::Status::Corruption(file, "a key is not found again by Seek");
     }
+    value.Reset();
+    st = db->Get(ro, cf, it->key(), &value);
+    if (!st.ok() && !st.IsNotFound()) return st;  // not found: deleted by a newer table
   }
   return it->status();
 }
 
-// The tables' ranges read through the database, as the restoring process reads them: merged
-// across files, blob indexes and range deletions applied, and every key looked up by Get
-// (the data blocks' hash index, the Bloom filters).
-rocksdb::Status CheckThroughDb(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
-                               const rocksdb::LiveFileMetaData& f) {
+// A table's key range read through the database, as the restoring process scans: every
+// table holding keys in the range Seeks to its start and is merged with the others.
+rocksdb::Status ScanThroughDb(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
+                              const rocksdb::LiveFileMetaData& f) {
   rocksdb::ReadOptions ro;
-  ro.fill_cache = false;
   rocksdb::Slice lower(f.smallestkey);
   ro.iterate_lower_bound = &lower;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, cf));
   const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
-  rocksdb::PinnableSlice value;
-  rocksdb::ReadOptions get_ro;
-  get_ro.fill_cache = false;
   for (it->SeekToFirst(); it->Valid() && cmp->Compare(it->key(), f.largestkey) <= 0; it->Next()) {
-    value.Reset();
-    rocksdb::Status st = db->Get(get_ro, cf, it->key(), &value);
-    if (!st.ok()) {
-      return st.IsNotFound() ? rocksdb::Status::Corruption(f.relative_filename,
-                                                           "a key is not found again by Get")
-                             : st;
-    }
   }
   return it->status();
 }
@@ -165,7 +160,7 @@ rocksdb::Status Check(const std::string& path, const std::set<std::string>& trus
   // blocks are loaded (and parsed) when a table opens; index and filter blocks go through a
   // small cache, so memory stays bounded whatever the size of the state.
   rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(8 << 20);
+  table.block_cache = rocksdb::NewLRUCache(32 << 20);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
   table.cache_index_and_filter_blocks = true;
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
@@ -218,11 +213,21 @@ rocksdb::Status Check(const std::string& path, const std::set<std::string>& trus
   std::vector<rocksdb::Status> results(std::min<size_t>(kThreads, todo.size()));
   auto work = [&](rocksdb::Status* out) {
     rocksdb::ReadOptions ro;
-    ro.fill_cache = false;
     ro.readahead_size = 2 << 20;
     DbCheckStats mine;
     for (size_t i; out->ok() && (i = next.fetch_add(1)) < todo.size();) {
-      *out = GuardStatus("checking a table", [&] { return CheckTable(options, *todo[i], ro, &mine); });
+      rocksdb::ColumnFamilyHandle* cf = nullptr;
+      for (size_t k = 0; k < names.size(); ++k) {
+        if (names[k] == todo[i]->column_family_name) cf = handles[k];
+      }
+      if (cf == nullptr) {
+        *out = rocksdb::Status::Corruption(todo[i]->relative_filename, "in no column family");
+        break;
+      }
+      *out = GuardStatus("checking a table", [&] {
+        rocksdb::Status r = CheckTable(options, *todo[i], db.get(), cf, ro, &mine);
+        return r.ok() ? ScanThroughDb(db.get(), cf, *todo[i]) : r;
+      });
     }
     entries += mine.entries;
   };
@@ -233,17 +238,6 @@ rocksdb::Status Check(const std::string& path, const std::set<std::string>& trus
   stats->entries = entries.load();
   for (const auto& r : results) {
     if (!r.ok() && st.ok()) st = r;
-  }
-  for (size_t i = 0; st.ok() && i < todo.size(); ++i) {
-    rocksdb::ColumnFamilyHandle* cf = nullptr;
-    for (size_t k = 0; k < names.size(); ++k) {
-      if (names[k] == todo[i]->column_family_name) cf = handles[k];
-    }
-    if (cf == nullptr) {
-      st = rocksdb::Status::Corruption(todo[i]->relative_filename, "belongs to no column family");
-    } else {
-      st = GuardStatus("checking a table", [&] { return CheckThroughDb(db.get(), cf, *todo[i]); });
-    }
   }
   stats->scan_us = MicrosSince(t);
   return st;
