@@ -4,7 +4,7 @@
 # aborts) and libFuzzer's coverage hooks (so atheris can also be run on it), into build/asan/;
 # python runs with the ASan runtime preloaded; Python's own leaks are not reported.
 #
-#   scripts/sanitizer_tests.sh                 the core test files (CORE below)
+#   scripts/sanitizer_tests.sh [pytest args]   the core test files (CORE below)
 #   scripts/sanitizer_tests.sh tests/test_x.py [pytest args]
 #
 # build/asan/root holds the sanitized extension, symlinks to the rest of the package and to
@@ -40,7 +40,10 @@ done
 ln -sfn "$ROOT_DIR/tests" "$OUT/root/tests"
 for f in pyproject.toml docs README.md examples bench; do ln -sfn "$ROOT_DIR/$f" "$OUT/root/$f"; done
 
-[ $# -gt 0 ] || set -- "${CORE[@]}"
+# no test file among the arguments: the core files, with the arguments as pytest options
+have_path=0
+for arg in "$@"; do [ -e "${arg%%::*}" ] && have_path=1; done
+[ "$have_path" = 1 ] || set -- "${CORE[@]}" "$@"
 cd "$OUT/root"
 export LD_PRELOAD="$ASAN_RT"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:allocator_may_return_null=1}"
