@@ -208,3 +208,22 @@ def test_crafted_campaign_small():
     assert report["cases"] == 30
     assert report["bad"] == [], report["bad"]
     assert set(report["outcomes"]) <= {"identical", "corruption", "wrong"}, report
+
+
+# What the campaign (tests/campaigns/rocksdb_files.py) crashed the restoring process with while
+# the check read tables forwards only (restart points read by a Seek through the database, a
+# value type turned into a blob index): each must be a CorruptionError now.
+CAMPAIGN_CRASHES = [
+    "000019.sst block 0 byte 131 = 0x8d", "000016.sst block 0 byte 456 = 0x80",
+    "000019.sst block 0 byte 113 = 0x01", "000017.sst block 0 byte 554 = 0x30",
+    "000016.sst block 0 byte 448 = 0x80", "000018.sst block 0 byte 161 = 0x01",
+    "000018.sst block 0 byte 182 = 0x10", "000016.sst block 0 byte 456 = 0x01",
+    "000019.sst block 0 byte 37 = 0x11",
+    "MANIFEST-000005 record 9 byte 7 = 0x2e", "MANIFEST-000005 record 5 byte 33 = 0x01",
+]
+
+
+def test_campaign_crashes_are_corruption():
+    report = rf.run(replay=CAMPAIGN_CRASHES)
+    assert report["bad"] == [], report["bad"]
+    assert report["outcomes"] == {"corruption": len(CAMPAIGN_CRASHES)}, report

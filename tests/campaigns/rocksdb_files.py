@@ -268,9 +268,21 @@ def _cases(root: str, manifest_rel: str, rng: random.Random, sst_per_block: int,
     return cases
 
 
+def case_from(root: str, manifest_rel: str, what: str) -> tuple[str, str, bytes]:
+    """A case from its description ("000019.sst block 0 byte 37 = 0x11", "MANIFEST-000005
+    record 9 byte 7 = 0x2e"), for replaying what a campaign found."""
+    name, unit, index, _, at, _, value = what.split()
+    rel = rocksdb_files(root, manifest_rel)[name]
+    data = open(os.path.join(root, rel), "rb").read()
+    if unit == "record":
+        return what, rel, manifest_with(data, log_records(data)[int(index)], int(at), int(value, 16))
+    return what, rel, sst_with(data, sst_blocks(data)[int(index)], int(at), int(value, 16))
+
+
 def run(seed: int = 1, limit: int | None = None, sst_per_block: int = 16,
         workdir: str | None = None, progress: bool = False,
-        files: tuple[str, ...] = ("MANIFEST", "CURRENT", "OPTIONS", "sst")) -> dict:
+        files: tuple[str, ...] = ("MANIFEST", "CURRENT", "OPTIONS", "sst"),
+        replay: list[str] | None = None) -> dict:
     """Loads the incremental checkpoint of tests/campaigns/checkpoints.py once per case in a
     worker process; classifies each outcome like corruption.py (identical, corruption, error,
     wrong, raw, crash, timeout)."""
@@ -293,9 +305,13 @@ def run(seed: int = 1, limit: int | None = None, sst_per_block: int = 16,
         shutil.rmtree(scratch, ignore_errors=True)
         manifest_rel = kind.manifest(pristine_root)
         rng = random.Random(seed)
-        cases = _cases(pristine_root, manifest_rel, rng, sst_per_block, (0x01, 0x80, 0xFF, 0x10))
-        cases = [c for c in cases if _file_kind(c[0]) in files]
-        rng.shuffle(cases)
+        if replay is not None:
+            cases = [case_from(pristine_root, manifest_rel, what) for what in replay]
+        else:
+            cases = _cases(pristine_root, manifest_rel, rng, sst_per_block,
+                           (0x01, 0x80, 0xFF, 0x10))
+            cases = [c for c in cases if _file_kind(c[0]) in files]
+            rng.shuffle(cases)
         if limit is not None:
             cases = cases[:limit]
         worker = Worker(workdir, 2 << 30)
