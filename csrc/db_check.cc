@@ -196,6 +196,24 @@ rocksdb::Status Check(const std::string& path, const std::set<std::string>& trus
     }
   }
   stats->files = files.size();
+  // The checkpoint's tables and the MANIFEST's must be the same set, none of them in RocksDB's
+  // default column family (no state uses it): an edit that moves a table to another family or
+  // drops it from the MANIFEST is otherwise a valid database missing a state's data.
+  std::set<std::string> live;
+  for (const auto& f : files) {
+    live.insert(f.relative_filename);
+    if (f.column_family_name == rocksdb::kDefaultColumnFamilyName) {
+      return rocksdb::Status::Corruption(f.relative_filename,
+                                         "is in RocksDB's default column family, which no state uses");
+    }
+  }
+  std::vector<std::string> children;
+  if (!(st = rocksdb::Env::Default()->GetChildren(path, &children)).ok()) return st;
+  for (const auto& name : children) {
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".sst") == 0 && live.count(name) == 0) {
+      return rocksdb::Status::Corruption(name, "is not in the MANIFEST's tables");
+    }
+  }
   // Tables are read on up to kThreads threads: a restore waits for this.
   std::vector<const rocksdb::LiveFileMetaData*> todo;
   rocksdb::ReadOptions range_ro;
