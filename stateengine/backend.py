@@ -226,6 +226,14 @@ class KeyedStateBackend(_native.NativeBackend):
         self._pending.add(snap)
         return snap
 
+    def edge_entries(self, cf: int) -> tuple[tuple[bytes, bytes], ...]:
+        """The first and last stored (key, value) of column family ``cf`` (none if empty):
+        two seeks, so a restore can check the data against what its manifest records."""
+        first = self._raw_scan(cf, limit=1)
+        if not first:
+            return ()
+        return first[0], self._raw_scan(cf, limit=1, reverse=True)[0]
+
     def adopt_checkpoint(self, handle: IncrementalHandle) -> None:
         self._checkpointer.adopt(handle)
 

@@ -114,7 +114,8 @@ class IncrementalCheckpointer:
                                               op_bytes, hmac_key)
                 stats = {"files_uploaded": uploaded, "files_reused": reused,
                          "bytes_uploaded": uploaded_bytes,
-                         "bytes_total": sum(f.size for f in shared) + sum(f.size for f in private)}
+                         "bytes_total": sum(f.size for f in shared) + sum(f.size for f in private),
+                         "operator_state_bytes": op_ref.file.size if op_ref else 0}
                 handle = IncrementalHandle(storage.uri, checkpoint_id, kgr, max_p, states,
                                            list(key_codecs) if key_codecs else None, key_is_tuple,
                                            shared, private, stats, op_ref)

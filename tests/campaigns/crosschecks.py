@@ -23,6 +23,7 @@ in the report), ``raw``/``crash``/``timeout`` (never acceptable). docs/reliabili
 cross-checks.md lists each remaining ``different`` class and why only a key detects it.
 
     python -m tests.campaigns.crosschecks                       # every edit (full size)
+    python -m tests.campaigns.crosschecks --key secret          # the same with an HMAC key
     python -m tests.campaigns.crosschecks --sample 60 --seed 7  # what the test suite runs
 """
 
@@ -131,6 +132,7 @@ class CrossCheckCampaign:
         by_field: dict[str, Counter] = defaultdict(Counter)
         examples: dict[str, dict[str, str]] = defaultdict(dict)
         unnamed: list[dict] = []
+        different: list[dict] = []
         bad: list[dict] = []
         started = time.monotonic()
         try:
@@ -147,6 +149,9 @@ class CrossCheckCampaign:
                 examples[cls].setdefault(got, f"{what} (v{version or 'latest'}): {detail[:300]}")
                 if got == "corruption" and os.path.basename(rel) not in detail:
                     unnamed.append({"document": rel, "edit": what, "detail": detail[:300]})
+                if got == "different":
+                    different.append({"field": cls, "document": rel, "edit": what,
+                                      "version": version, "detail": detail[:200]})
                 if got in ("raw", "crash", "timeout"):
                     bad.append({"kind": kind, "document": rel, "edit": what,
                                 "version": version, "class": got, "detail": detail})
@@ -155,24 +160,39 @@ class CrossCheckCampaign:
                           f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             self.base.worker.kill()
-        different = {cls: dict(c) for cls, c in sorted(by_field.items()) if c.get("different")}
+        fields = {cls: dict(c) for cls, c in sorted(by_field.items()) if c.get("different")}
         return {"edits": len(cases), "of": len(self.cases), "outcomes": dict(outcomes),
-                "different_by_field": different,
-                "different_examples": {cls: examples[cls]["different"] for cls in different},
+                "different_by_field": fields,
+                "different_examples": {cls: examples[cls]["different"] for cls in fields},
+                "different": different,
                 "by_field": {cls: dict(c) for cls, c in sorted(by_field.items())},
                 "corruption_not_naming_the_document": unnamed,
                 "seconds": round(time.monotonic() - started, 1), "bad": bad}
 
 
 def run(sample: int | None = None, seed: int = 1, workdir: str | None = None,
-        progress: bool = False, timeout: float = 120.0) -> dict:
+        progress: bool = False, timeout: float = 120.0, key: str | None = None) -> dict:
+    """``key``: build the checkpoints with this checkpoint key and load them with it (through
+    ``$STATEENGINE_CHECKPOINT_KEY``, which the worker inherits); the edits are still
+    resealed without it, as by anyone who does not hold the key."""
+    from stateengine.checkpoint.documents import KEY_ENV
+
     own = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="stateengine-crosschecks-")
+    saved = os.environ.get(KEY_ENV)
+    if key is not None:
+        os.environ[KEY_ENV] = key
     try:
         report = CrossCheckCampaign(workdir, timeout).run(sample, seed, progress)
         report["seed"] = seed
+        report["key"] = key is not None
         return report
     finally:
+        if key is not None:
+            if saved is None:
+                os.environ.pop(KEY_ENV, None)
+            else:
+                os.environ[KEY_ENV] = saved
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -185,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per load")
     p.add_argument("--json", metavar="FILE", help="also write the report to FILE")
+    p.add_argument("--key", help="write and read the checkpoints with this checkpoint key "
+                                 "(the edits are resealed without it): every edit must fail")
     args = p.parse_args(argv)
-    report = run(args.sample, args.seed, progress=True, timeout=args.timeout)
+    report = run(args.sample, args.seed, progress=True, timeout=args.timeout, key=args.key)
     text = json.dumps(report, indent=1, default=str)
     if args.json:
         with open(args.json, "w") as f:
