@@ -132,6 +132,9 @@ class IncrementalHandle:
     kind: str = "incremental"
     value_format: int = VALUE_FORMAT
     source: str = dc_field(default="", compare=False)  # as FullSnapshotHandle.source
+    # where its manifest is published, relative to root ("" if unknown): a commit that reuses
+    # this checkpoint's files checks that it still is (incremental.py)
+    manifest: str = dc_field(default="", compare=False)
 
     def files(self) -> list[FileRef]:
         """The RocksDB files (not the operator-state file)."""
@@ -382,7 +385,11 @@ def write_handle(storage: Any, rel: str, handle: Handle, hmac_key: bytes | None,
 
 def read_handle(storage: Any, rel: str, hmac_key: bytes | None) -> tuple[Handle, dict]:
     """(handle, document) published at rel, resolved against that storage's root."""
-    return decode_handle(storage.read_bytes(rel), storage.uri, storage.describe(rel), hmac_key)
+    handle, doc = decode_handle(storage.read_bytes(rel), storage.uri, storage.describe(rel),
+                                hmac_key)
+    if isinstance(handle, IncrementalHandle):
+        handle.manifest = rel
+    return handle, doc
 
 
 def load_handle(target: Any, path: str, hmac_key: bytes | str | None = None) -> Handle:

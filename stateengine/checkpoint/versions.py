@@ -274,6 +274,8 @@ class VersionCatalog:
         source = self.storage.describe(rel)
         handle, doc = decode_handle(self.storage.read_bytes(rel), self.storage.uri, source,
                                     self.hmac_key)
+        if isinstance(handle, IncrementalHandle):
+            handle.manifest = rel
         try:
             self._check_manifest(handle, doc, version, partition, num_partitions)
         except (Invalid, ValueError) as e:
@@ -421,6 +423,32 @@ class VersionCatalog:
         self._check_numbering(versions)
         return 0
 
+    def _unpublish(self, version: int) -> None:
+        self.storage.delete_file(f"{self.version_dir(version)}/{COMMITTED_MARKER}")
+        for info in self.storage.list_dir(self.version_dir(version)):
+            if _MANIFEST.match(info.base_name):
+                self.storage.delete_file(f"{self.version_dir(version)}/{info.base_name}")
+
+    def _second_look(self, old: list[int], cutoff: int) -> set[str]:
+        """Shared files named by manifests published at versions up to the cutoff since
+        prune first read them (old versions are unpublished again). One listing of the
+        operator directory and one per version directory at or below the cutoff."""
+        keep: set[str] = set()
+        for v in self.version_dirs():
+            if v > cutoff:
+                continue
+            if v in old:
+                for info in self.storage.list_dir(self.version_dir(v)):
+                    if _MANIFEST.match(info.base_name) or info.base_name == COMMITTED_MARKER:
+                        self.storage.delete_file(f"{self.version_dir(v)}/{info.base_name}")
+                continue
+            try:
+                for _, _, h in self.manifest_handles(v):
+                    keep.update(f.path for f in h.shared)
+            except CorruptionError:
+                pass  # a damaged manifest keeps nothing; reading that version reports it
+        return keep
+
     def _check_numbering(self, older: list[int]) -> None:
         """Each older version directory must hold manifests of its own number: a newer
         version whose directory name was damaged into an older, free number would otherwise
@@ -440,6 +468,19 @@ class VersionCatalog:
                     f"{self.storage.describe(rel)} is a manifest of version {recorded} in the "
                     f"directory of version {v} (a renamed version directory?); {self.describe()} "
                     f"is damaged")
+
+    def shared_files(self) -> set[str]:
+        """The paths of the files in ``<operator>/shared/`` now (one listing; pages of 1,000
+        on object storage)."""
+        return {f"{self.shared_dir}/{i.base_name}" for i in self.storage.list_dir(self.shared_dir)}
+
+    def missing_shared(self, version: int, shared: set[str]) -> list[str]:
+        """The shared files the manifests of ``version`` name that are not in ``shared``
+        (``shared_files()``, listed after the manifests were read: a commit uploads its files
+        before it publishes its manifest, so a file named by a manifest read earlier that is
+        not listed is gone)."""
+        named = {f.path for _, _, h in self.manifest_handles(version) for f in h.shared}
+        return sorted(named - shared)
 
     def status(self, version: int, target: KeyGroupRange | None = None) -> VersionStatus:
         """A version's standing for a listing; never raises for damage."""
@@ -502,7 +543,16 @@ class VersionCatalog:
         Order, so that a process killed at any point leaves no listed version whose files
         are gone: first the old versions' markers and manifests (they stop being versions),
         then the shared files only they used, then the rest of their folders. Only files under
-        ``<operator>/`` are ever deleted."""
+        ``<operator>/`` are ever deleted.
+
+        Between reading which files the retained versions use and deleting the others, a
+        commit that built on an old version (a writer that loaded it before it was
+        unpublished) may publish a manifest naming its files. Such a manifest lies at a
+        version no newer than the cutoff, so after unpublishing, those version directories
+        are listed again (``_second_look``): manifests there keep their files, and one that
+        appeared in an old version is unpublished too. A commit that published after this
+        second look finds its base unpublished when it checks again and withdraws
+        (incremental.py)."""
         if num_partitions is not None:
             latest = min(latest, self.slowest_partition_version(latest, num_partitions))
         cutoff = latest - min_versions_to_retain + 1
@@ -523,10 +573,8 @@ class VersionCatalog:
             except CorruptionError:
                 pass  # going anyway; its files become orphans for the grace-period sweep
         for v in old:  # unpublish first
-            self.storage.delete_file(f"{self.version_dir(v)}/{COMMITTED_MARKER}")
-            for info in self.storage.list_dir(self.version_dir(v)):
-                if _MANIFEST.match(info.base_name):
-                    self.storage.delete_file(f"{self.version_dir(v)}/{info.base_name}")
+            self._unpublish(v)
+        keep_refs |= self._second_look(old, cutoff)
         deleted = 0
         for path in sorted(candidates - keep_refs):
             if path.startswith(self.shared_dir + "/"):
