@@ -340,3 +340,19 @@ def test_a_commit_marker_with_a_huge_partition_count_is_corruption_not_memory(bu
     with edited(root, "op/v2/_COMMITTED.json", lambda d: d.update(num_partitions=1 << 40)):
         refused(built, "store", "_COMMITTED.json",
                 match=r"marked committed by 1099511627776 partition\(s\)")
+
+
+def test_a_typed_states_schema_against_its_data(tmp_path):
+    """The schema of a typed state (a meta attribute) decodes the first and last entry: a
+    schema changed in the manifest to one the stored rows do not fit is refused."""
+    d = ValueStateDescriptor("profile", value_type="struct<name:string,visits:bigint>")
+    root, rel = _options_checkpoint(tmp_path, [d], lambda hs: hs[0].update(("ann", 3)))
+    with edited(root, rel, lambda doc: doc["states"][0].update(
+            value_schema="struct<name:string,visits:bigint,since:date>")):
+        with pytest.raises(CorruptionError, match="state 'profile' as value") as e:
+            KeyedStateBackend.restore(str(tmp_path / "r"), [load_handle(root, rel)])
+        assert os.path.basename(rel) in str(e.value)
+    r = KeyedStateBackend.restore(str(tmp_path / "r"), [load_handle(root, rel)], descriptors=[d])
+    r.set_current_key(1)
+    assert tuple(r.get_state(d).value()) == ("ann", 3)
+    r.close()
