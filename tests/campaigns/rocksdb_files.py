@@ -213,7 +213,8 @@ def sst_with(data: bytes, block: tuple[int, int], index: int, value: int) -> byt
 
 def replace_file(root: str, manifest_rel: str, rel: str, new: bytes) -> None:
     """Writes new as the checkpoint file rel and records its size and CRC-32C in the handle
-    manifest_rel, resealed (no key): the damage is then behind every checksum."""
+    manifest_rel (and its total in the upload figures), resealed (no key): the damage is then
+    behind every checksum and every cross-check of the handle."""
     from tests.campaigns import mutations
 
     mutations.rewrite(os.path.join(root, rel), new)
@@ -222,6 +223,8 @@ def replace_file(root: str, manifest_rel: str, rel: str, new: bytes) -> None:
     def change(doc: dict) -> None:
         for ref in doc.get("shared", []) + doc.get("private", []):
             if ref["path"] == rel:
+                if isinstance(doc.get("stats"), dict) and "bytes_total" in doc["stats"]:
+                    doc["stats"]["bytes_total"] += size - ref["size"]  # the figures agree too
                 ref["crc32c"], ref["size"] = crc, size
     doc_path = os.path.join(root, manifest_rel)
     mutations.rewrite(doc_path, mutations.resealed(open(doc_path, "rb").read(), change))
