@@ -169,6 +169,8 @@ cdef class NativeBackend:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` (or ``dispose()``) began; every call raises
+        BackendClosedError from then on."""
         return self._closed
 
     def _ensure_open(self) -> None:
@@ -255,10 +257,12 @@ cdef class NativeBackend:
 
     @property
     def key_codecs(self):
+        """The codec ids of the key columns, or None while the key type is not fixed."""
         return self._key_codecs if self._has_schema else None
 
     @property
     def key_is_tuple(self) -> bool:
+        """Whether keys are tuples (several key columns)."""
         return self._key_is_tuple
 
     def _on_first_key(self, key):  # overridden by the facade
@@ -330,6 +334,7 @@ cdef class NativeBackend:
         return self._current_key
 
     def get_current_key_group(self) -> int:
+        """The key group of the current key (NoCurrentKeyError before set_current_key)."""
         self.check_key()
         return self._builder.get().key_group()
 
@@ -490,7 +495,8 @@ cdef class NativeBackend:
         if not self._has_schema:
             raise _NoCurrentKeyError("the backend has no key type yet")
         if not CParseStateKey(p, <size_t>len(raw), self._prefix_bytes, self._schema,
-                              <CCodec>ns_codec, has_user_key, &pk):
+                              <CCodec>ns_codec, has_user_key, &pk) or \
+                pk.key_group >= self._max_parallelism:
             raise _CorruptionError(f"stored key {raw[:40]!r} does not fit the state layout")
         return (pk.key_group, decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len),
                 raw[pk.ns_off:pk.ns_off + pk.ns_len], raw[pk.user_key_off:])
@@ -502,7 +508,8 @@ cdef class NativeBackend:
         cdef const char* p = PyBytes_AS_STRING(raw)
         if not self._has_schema:
             raise _NoCurrentKeyError("the backend has no key type yet")
-        if not CParseTimerKey(p, <size_t>len(raw), self._prefix_bytes, self._schema, &ts, &pk):
+        if not CParseTimerKey(p, <size_t>len(raw), self._prefix_bytes, self._schema, &ts, &pk) or \
+                pk.key_group >= self._max_parallelism:
             raise _CorruptionError(f"stored timer key {raw[:40]!r} does not fit the timer layout")
         return (pk.key_group, ts,
                 decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len),
