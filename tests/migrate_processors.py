@@ -94,31 +94,22 @@ class EveryKind(StatefulProcessor):
         pass
 
 
-GROUP_OUT = "user string, count long, timed_out boolean, info string"
-GROUP_STATE_SCHEMA = "count long, tags string"
+class ShortAsList(StatefulProcessor):
+    """tests/tws_processors.TimersAndTtl's states, but 'short' declared as a list state: a
+    processor the migration must refuse for that query."""
 
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        handle.getListState("short", "n long", 1)
+        handle.getValueState("long", "n long", 3_600_000)
+        handle.getValueState("mid", "n long", 20_000)
+        handle.getListState("events", "n long", 20_000)
+        handle.getMapState("seen", "batch long", "rows long", 1)
+        handle.getValueState("count", "n long")
+        handle.getValueState("rearmed", "n long")
 
-def count_with_timeout(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any
-                       ) -> Iterator[pd.DataFrame]:
-    """applyInPandasWithState with ProcessingTimeTimeout: a count per user; a user with no
-    rows in a batch after its timeout (1 ms) times out and its state goes; user ``z`` keeps a
-    ten-hour timeout, user ``r`` removes its state but keeps a timeout."""
-    user = key[0]
-    if state.hasTimedOut:
-        count, tags = state.get if state.exists else (-1, "")
-        rows = sum(len(p) for p in pdfs)
-        state.remove()
-        yield pd.DataFrame({"user": [user], "count": [count], "timed_out": [True],
-                            "info": [_dump({"tags": tags, "rows": rows})]})
-        return
-    count, tags = state.get if state.exists else (0, "")
-    for pdf in pdfs:
-        count += len(pdf)
-        tags += "".join(sorted(pdf["tag"]))
-    if user == "r" and count > 2:
-        state.remove()
-    else:
-        state.update((count, tags))
-    state.setTimeoutDuration(FAR if user == "z" else 1)
-    yield pd.DataFrame({"user": [user], "count": [count], "timed_out": [False],
-                        "info": [_dump({"tags": tags, "exists": state.exists})]})
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        return iter(())
+
+    def close(self) -> None:
+        pass

@@ -22,6 +22,7 @@ pytest.importorskip("pyspark.sql.streaming.stateful_processor",
 
 from stateengine.spark import apply_in_pandas_with_state, read_state, transform_with_state, \
     transform_with_state_in_pandas  # noqa: E402
+from tests import group_state_functions as G  # noqa: E402
 from tests import migrate_processors as M  # noqa: E402
 from tests import tws_processors as P  # noqa: E402
 from tests.migrate_compare import SplitRun  # noqa: E402
@@ -205,7 +206,7 @@ def test_apply_in_pandas_with_state_and_its_timeouts_move_to_stateengine(spark, 
 
     def on_spark(stream, _):
         return stream.groupBy("user").applyInPandasWithState(
-            M.count_with_timeout, M.GROUP_OUT, M.GROUP_STATE_SCHEMA, "Update",
+            G.count_with_timeout, G.GROUP_OUT, G.GROUP_STATE_SCHEMA, "Update",
             "ProcessingTimeTimeout")
 
     run.start(on_spark)
@@ -219,7 +220,7 @@ def test_apply_in_pandas_with_state_and_its_timeouts_move_to_stateengine(spark, 
 
     def on_stateengine(stream, copy):
         return apply_in_pandas_with_state(
-            stream, M.count_with_timeout, "user", M.GROUP_OUT, M.GROUP_STATE_SCHEMA, "Update",
+            stream, G.count_with_timeout, "user", G.GROUP_OUT, G.GROUP_STATE_SCHEMA, "Update",
             "ProcessingTimeTimeout", state, query_checkpoint=copy, num_partitions=2)
 
     ours = run.continue_on("stateengine", on_stateengine, before=migrate)
@@ -228,3 +229,115 @@ def test_apply_in_pandas_with_state_and_its_timeouts_move_to_stateengine(spark, 
     assert_continues_alike(spark_out, ours, result.version)
     rows = [r for b in ours.values() for r in b]
     assert any(r[2] for r in rows) and any(not r[2] for r in rows)  # timeouts and data
+
+
+# ---- refusals ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ttl_query(spark, tmp_path_factory):
+    """A stopped query whose transformWithStateInPandas operator (TimersAndTtl: TTL states,
+    processing-time timers) committed two batches."""
+    from tests.tws_compare import run_spark
+
+    base = tmp_path_factory.mktemp("ttl-query")
+    frames = _frames([[("a", 1), ("b", 1)], [("a", 2), ("c", 2)]], ["key", "n"])
+    out = "key string, kind string, at long, rows long, state string"
+    run_spark(spark, str(base), frames, "key string, n long",
+              lambda s: s.groupBy("key").transformWithStateInPandas(
+                  P.TimersAndTtl(), out, "Update", "ProcessingTime"), until_extra=0)
+    return str(base / "spark-checkpoint")
+
+
+@pytest.fixture
+def query_copy(ttl_query, tmp_path):
+    import shutil
+
+    copy = str(tmp_path / "query")
+    shutil.copytree(ttl_query, copy)
+    return copy
+
+
+def test_refuses_ttl_without_the_processor_and_a_processor_that_does_not_fit(
+        spark, query_copy, tmp_path):
+    from stateengine.spark.spark_state import SparkStateError
+
+    state = str(tmp_path / "state")
+    with pytest.raises(ValueError, match="state '(short|long|mid|events|seen)' has a TTL, "
+                                         "whose duration Spark's checkpoint does not hold"):
+        migrate_spark_state(spark, query_copy, state)
+    with pytest.raises(SparkStateError, match="which the processor's init\\(\\) does not "
+                                              "declare \\(it declares acc\\)"):
+        migrate_spark_state(spark, query_copy, state, P.RunningTotals())
+    with pytest.raises(SparkStateError, match="the processor declares state 'short' as a list "
+                                              "state, not a value state"):
+        migrate_spark_state(spark, query_copy, state, M.ShortAsList())
+    with pytest.raises(ValueError, match="timeout_conf= is for applyInPandasWithState"):
+        migrate_spark_state(spark, query_copy, state, P.TimersAndTtl(),
+                            timeout_conf="ProcessingTimeTimeout")
+    # nothing was written, and Spark's query is untouched
+    assert not os.path.exists(state)
+    assert os.path.isdir(os.path.join(query_copy, "state", "0", "_metadata"))
+
+
+def test_a_rerun_finishes_an_interrupted_migration_and_nothing_is_migrated_twice(
+        spark, query_copy, tmp_path):
+    from stateengine.spark.spark_state import SparkStateError
+
+    state = str(tmp_path / "state")
+    first = migrate_spark_state(spark, query_copy, state, P.TimersAndTtl(), num_partitions=2,
+                                retire_spark_operator=False)
+    assert not first.retired and first.version == first.spark_batch_id + 1
+    assert first.states["count"] == 3
+    # the same migration again (as after a failure before Spark's metadata moved): it finds
+    # its own version and only moves the metadata
+    again = migrate_spark_state(spark, query_copy, state, P.TimersAndTtl())
+    assert again.retired and again.version == first.version and not again.states
+    assert [n for n in os.listdir(os.path.join(state, "default")) if n.startswith("v")] == \
+        [f"v{first.version}"]
+    with pytest.raises(SparkStateError, match="was already moved to stateengine"):
+        migrate_spark_state(spark, query_copy, state, P.TimersAndTtl())
+
+
+def test_refuses_to_write_into_an_operator_that_holds_state(spark, query_copy, tmp_path):
+    from stateengine import ValueStateDescriptor
+    from stateengine.spark import bootstrap_state
+    from stateengine.spark.spark_state import SparkStateError
+
+    state = str(tmp_path / "state")
+    bootstrap_state(spark.createDataFrame([("a", 1)], "key string, v long"), "key",
+                    ValueStateDescriptor("v", value_type=int), "v", state, num_partitions=1)
+    with pytest.raises(SparkStateError, match="already holds state \\(versions \\[1\\]\\)"):
+        migrate_spark_state(spark, query_copy, state, P.TimersAndTtl())
+    assert os.path.isdir(os.path.join(query_copy, "state", "0", "_metadata"))
+
+
+def test_refuses_queries_it_cannot_continue(spark, tmp_path):
+    """A query with another stateful operator (Spark would renumber it), an operator other
+    than transformWithState and applyInPandasWithState, a query without a committed batch,
+    and a directory that is no query checkpoint."""
+    from stateengine.errors import CheckpointNotFoundError
+    from stateengine.spark.spark_state import SparkStateError
+    from tests.tws_compare import run_spark
+
+    frames = _frames([[("a", 1.0), ("b", 2.0)]], ["user", "amount"])
+    run_spark(spark, str(tmp_path / "q"), frames, "user string, amount double",
+              lambda s: s.dropDuplicates(["user", "amount"]).groupBy("user")
+              .transformWithStateInPandas(P.RunningTotals(), "user string, count long, "
+                                          "total double", "Update", "None"))
+    query = str(tmp_path / "q" / "spark-checkpoint")
+    state = str(tmp_path / "state")
+    with pytest.raises(SparkStateError, match="has other stateful operators besides 0: 1 "
+                                              "\\(dedupe"):
+        migrate_spark_state(spark, query, state, P.RunningTotals())
+    with pytest.raises(SparkStateError, match="operator 1 of the query at .* is Spark's dedupe"):
+        migrate_spark_state(spark, query, state, spark_operator_id=1)
+    with pytest.raises(SparkStateError, match="no stateful operator 5"):
+        migrate_spark_state(spark, query, state, spark_operator_id=5)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metadata").write_text('{"id":"00000000-0000-0000-0000-000000000000"}')
+    with pytest.raises(SparkStateError, match="has committed no batch yet"):
+        migrate_spark_state(spark, str(empty), state)
+    with pytest.raises(CheckpointNotFoundError, match="pass the checkpointLocation"):
+        migrate_spark_state(spark, str(tmp_path / "nothing"), state)
+    assert not os.path.exists(state)

@@ -86,7 +86,8 @@ def apply_in_pandas_with_state(
         output_schema: T.StructType | str, state_schema: T.StructType | str,
         output_mode: str, timeout_conf: str, checkpoint: str, *,
         batch_id: int | None = None, watermark: Any = None, processing_time: Any = None,
-        query_checkpoint: str | None = None, num_partitions: int | None = None,
+        query_checkpoint: str | None = None, event_time_column: str | None = None,
+        num_partitions: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
         min_versions_to_retain: int = 10, local_dir: str | None = None,
         memory_budget_mb: int | None = None) -> DataFrame:
@@ -98,7 +99,9 @@ def apply_in_pandas_with_state(
     On a streaming DataFrame pass ``query_checkpoint`` (the query's checkpointLocation): each
     batch takes Spark's batch id, watermark and timestamp. In ``foreachBatch`` pass
     ``batch_id``, ``processing_time`` (default: the driver's clock now) and, with
-    ``EventTimeTimeout``, ``watermark``. The other arguments are ``apply_with_state``'s."""
+    ``EventTimeTimeout``, ``watermark``. ``event_time_column`` (default: the column
+    ``withWatermark`` marked) is what late rows are told by under ``EventTimeTimeout``. The
+    other arguments are ``apply_with_state``'s."""
     timeout = timeout_name(timeout_conf)
     if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be Append or Update (as applyInPandasWithState), "
@@ -108,7 +111,7 @@ def apply_in_pandas_with_state(
     out = _schema(df, output_schema)
     state_type = _schema(df, state_schema)
     cols = key_columns(grouping)
-    event_col = _event_time_column(df, None)
+    event_col = _event_time_column(df, event_time_column)
     watermarked = event_col is not None
     if batch_id is not None and timeout != "NoTimeout" and processing_time is None and \
             query_checkpoint is None:

@@ -142,14 +142,6 @@ def spark_operator(spark: Any, path: str, operator_id: int = 0) -> SparkOperator
         known = ", ".join(f"{i} ({r['operatorName']})" for i, r in sorted(ops.items())) or "none"
         raise SparkStateError(f"the query at {storage.location} has no stateful operator "
                               f"{operator_id} in its state metadata (operators: {known})")
-    others = [f"{i} ({r['operatorName']})" for i, r in sorted(ops.items()) if i != operator_id]
-    if others:
-        raise SparkStateError(
-            f"the query at {storage.location} has other stateful operators besides "
-            f"{operator_id}: {', '.join(others)}. Spark numbers a plan's stateful operators "
-            f"anew at every start, so with operator {operator_id} gone theirs would no longer "
-            f"match their state; move a query whose only Spark stateful operator is the one "
-            f"migrated")
     row = ops[operator_id]
     name = str(row["operatorName"])
     op = SparkOperator(path, operator_id, name, int(row["numPartitions"]), last, watermark,
@@ -172,6 +164,14 @@ def spark_operator(spark: Any, path: str, operator_id: int = 0) -> SparkOperator
             f"operator {operator_id} of the query at {storage.location} is Spark's {name}; "
             f"stateengine migrates transformWithState / transformWithStateInPandas and "
             f"applyInPandasWithState operators")
+    others = [f"{i} ({r['operatorName']})" for i, r in sorted(ops.items()) if i != operator_id]
+    if others:
+        raise SparkStateError(
+            f"the query at {storage.location} has other stateful operators besides "
+            f"{operator_id}: {', '.join(others)}. Spark numbers a plan's stateful operators "
+            f"anew at every start, so with operator {operator_id} gone theirs would no longer "
+            f"match their state; move a query whose only Spark stateful operator is the one "
+            f"migrated")
     return op
 
 
