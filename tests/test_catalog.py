@@ -196,13 +196,14 @@ def test_read_state_lists_and_reads_without_descriptors(session_name, request, t
     assert rows["by_tag"]["user_key_type"] == "struct<tag:string>"
     assert rows["session"]["key_columns"] == ["user", "region"]
     assert rows["session"]["versions"] == [1, 2] and rows["session"]["partitions"] == 2
-    events = read_state(session, root, "events", operator_id="sessions", flatten=True)
+    events = read_state(session, root, "events", operator_id="sessions", flatten=True,
+                        key_names="recorded")
     assert events.columns == ["user", "region", "namespace", "tag", "amount", "last_access_ms"]
     got = sorted((r.user, r.region, r.amount, r.last_access_ms) for r in events.collect())
     assert got[:2] == [("u0", 0, 0.0, 1_000), ("u0", 0, 0.0, 1_001)] and len(got) == 40
     by_tag = read_state(session, root, "by_tag", operator_id="sessions")
-    assert by_tag.schema.simpleString() == (
-        "struct<user:string,region:int,namespace:string,user_key:struct<tag:string>,"
+    assert by_tag.schema.simpleString() == (  # without key_names="recorded": key_0, key_1
+        "struct<key_0:string,key_1:int,namespace:string,user_key:struct<tag:string>,"
         "value:struct<n:bigint>>")
     anything = read_state(session, root, "anything", operator_id="sessions")
     assert anything.schema["value"].dataType.simpleString() == "map<string,bigint>"  # inferred

@@ -91,6 +91,19 @@ def test_every_kind_of_state_ttl_and_timers_move_to_stateengine(spark, tmp_path)
     fired = [json.loads(r[3]) for rows in ours.values() for r in rows if r[2] == "timer"]
     assert fired and all(f["after_armed"] == 1 for f in fired)
 
+    # the checkpoint alone says what it holds and where it came from
+    from stateengine.catalog import checkpoint_catalog
+
+    (op,) = checkpoint_catalog(state)
+    assert op.key_names == ["user", "region"] and op.key_types == ["string", "int"]
+    assert op.first_version == result.spark_batch_id and op.versions[0] == result.version
+    assert op.state("events").value_type == "struct<tag:string,amount:double>"
+    assert op.state("kept").ttl_ms == M.HOUR and op.state("$timers").internal
+    origin = (op.migrated_from if op.version == result.version else
+              checkpoint_catalog(state, version=result.version)[0].migrated_from)
+    assert origin["batch_id"] == result.spark_batch_id
+    assert origin["operator"] == "transformWithStateInPandasExec"
+
     # every TTL entry expires when Spark's would: last access + ttl == Spark's expiry
     for name, ttl in (("recent", 1), ("kept", M.HOUR), ("seen", M.HOUR), ("gone", 1)):
         got = read_state(spark, state, name, version=result.version, flatten=True)

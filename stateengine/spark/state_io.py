@@ -42,6 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from .. import _native, sparktypes
 from ..backend import KeyedStateBackend
 from ..catalog import SPARK_TYPES as _SPARK_TYPES
+from ..catalog import default_key_names
 from ..checkpoint.handles import handle_from_dict
 from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
@@ -59,6 +60,7 @@ _UNTYPED = (Codec.ANY, Codec.PICKLE)
 _CHUNK = 4096
 _BATCH_ROWS = 16_384
 JSON = "json"
+RECORDED = "recorded"  # read_state(key_names=): the names the manifests recorded
 
 
 def _json(value: Any) -> str | None:
@@ -323,7 +325,7 @@ def catalog_frame(spark: SparkSession, checkpoint: str, version: int | None = No
 def _key_names_of(storage: CheckpointStorage, operator_id: str, version: int,
                   n: int) -> list[str]:
     """The key column names the version's manifests recorded, else key / key_N."""
-    from ..catalog import default_key_names, recorded_key_names
+    from ..catalog import recorded_key_names
 
     catalog = VersionCatalog(storage, operator_id)
     for _, _, doc in catalog.manifests(version):
@@ -336,7 +338,7 @@ def _key_names_of(storage: CheckpointStorage, operator_id: str, version: int,
 def read_state(spark: SparkSession, checkpoint: str, state_name: str | None = None,
                operator_id: str = "default", version: int | None = None,
                max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-               key_names: Sequence[str] | None = None, value_type: Any = None,
+               key_names: Sequence[str] | str | None = None, value_type: Any = None,
                user_key_type: Any = None, namespace_type: Any = None,
                flatten: bool = False, allow_pickle: bool = False) -> DataFrame:
     """The entries of ``state_name`` at ``version`` (default: the latest) as a DataFrame
@@ -353,9 +355,10 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str | None = No
     tuples by position), or ``"json"`` for JSON text; without them the type is inferred.
     ``allow_pickle`` unpickles pickled values (only for checkpoints you trust).
 
-    Key columns are named as the job that committed the version recorded them (the grouping
-    columns of stateengine.spark's operators), else ``key`` (``key_0``, ``key_1``...);
-    ``key_names`` overrides. Without ``state_name`` the result lists what the checkpoint
+    Key columns are named ``key`` (``key_0``, ``key_1``... for several), or ``key_names``;
+    ``key_names="recorded"`` names them as the job that committed the version recorded them
+    (the grouping columns of stateengine.spark's operators; ``key``... for versions written
+    before names were recorded). Without ``state_name`` the result lists what the checkpoint
     holds instead, from its own metadata (``catalog_frame``: every operator and state)."""
     if state_name is None:
         return catalog_frame(spark, checkpoint, version)
@@ -375,8 +378,13 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str | None = No
                                 f"'{state_name}' (states: {known})")
     key_codecs = next((h["key_codecs"] for h in handles if h["key_codecs"]), None) or \
         [Codec.BIGINT]
-    names = list(key_names) if key_names else _key_names_of(storage, operator_id, v,
-                                                            len(key_codecs))
+    if isinstance(key_names, str) and key_names == RECORDED:
+        names = _key_names_of(storage, operator_id, v, len(key_codecs))
+    elif isinstance(key_names, str):
+        raise ValueError(f"key_names is a list of column names or \"{RECORDED}\", got "
+                         f"{key_names!r}")
+    else:
+        names = list(key_names) if key_names else default_key_names(len(key_codecs))
     kind = meta["kind"]
     columns = _columns_of(meta, {"namespace": namespace_type, "user_key": user_key_type,
                                  "value": value_type})
