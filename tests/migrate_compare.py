@@ -96,6 +96,18 @@ class SplitRun:
         _write(self.source, self.frames[self.split:], self._arrow_schema(), self.split)
         return self.run(plan, copy, len(self.frames) - 1, rocksdb=rocksdb)
 
+    def both_ways(self, on_spark: Callable[[Any, str], Any], migrate: Callable[[str], Any],
+                  on_stateengine: Callable[[Any, str], Any]) -> tuple[dict, dict, Any]:
+        """The first files on Spark, then a copy continued on Spark and a copy migrated
+        (``migrate(copy)``) and continued on stateengine: (Spark's outputs, stateengine's,
+        what ``migrate`` returned). ``self.first`` holds the first run's outputs."""
+        self.first = self.start(on_spark)
+        spark_out = self.continue_on("spark", on_spark, rocksdb=True)
+        moved: dict[str, Any] = {}
+        ours = self.continue_on("stateengine", on_stateengine,
+                                before=lambda copy: moved.__setitem__("result", migrate(copy)))
+        return spark_out, ours, moved["result"]
+
     def run(self, plan: Callable[[Any, str], Any], checkpoint: str, last_file: int,
             rocksdb: bool, timeout: float = 240) -> dict[int, list[tuple]]:
         spark = self.spark

@@ -67,24 +67,20 @@ def test_every_kind_of_state_ttl_and_timers_move_to_stateengine(spark, tmp_path)
         return stream.groupBy("user", "region").transformWithStateInPandas(
             M.EveryKind(), M.SESSIONS_OUT, "Update", "ProcessingTime")
 
-    first = run.start(on_spark)
-    assert any(r[2] == "timer" for rows in first.values() for r in rows)
-    spark_out = run.continue_on("spark", on_spark, rocksdb=True)
     state = str(tmp_path / "state")
-    moved = {}
+    spark_ttl = {}
 
     def migrate(copy):
-        moved["ttl"] = _spark_ttl(spark, copy)  # before: the migration retires the operator
-        moved["result"] = migrate_spark_state(spark, copy, state, M.EveryKind(),
-                                              num_partitions=3)
+        spark_ttl.update(_spark_ttl(spark, copy))  # before: the migration retires the operator
+        return migrate_spark_state(spark, copy, state, M.EveryKind(), num_partitions=3)
 
     def on_stateengine(stream, copy):
         return transform_with_state_in_pandas(
             stream, M.EveryKind(), ["user", "region"], M.SESSIONS_OUT, state,
             time_mode="ProcessingTime", query_checkpoint=copy, num_partitions=3)
 
-    ours = run.continue_on("stateengine", on_stateengine, before=migrate)
-    result = moved["result"]
+    spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
+    assert any(r[2] == "timer" for rows in run.first.values() for r in rows)
     assert result.version == result.spark_batch_id + 1 == min(ours)
     assert result.states["events"] == 10 and result.timers >= 3 and result.retired
     assert_continues_alike(spark_out, ours, result.version)
@@ -108,7 +104,7 @@ def test_every_kind_of_state_ttl_and_timers_move_to_stateengine(spark, tmp_path)
     for name, ttl in (("recent", 1), ("kept", M.HOUR), ("seen", M.HOUR), ("gone", 1)):
         got = read_state(spark, state, name, version=result.version, flatten=True)
         expiries = sorted(r["last_access_ms"] + ttl for r in got.collect())
-        assert expiries == moved["ttl"][name], name
+        assert expiries == spark_ttl[name], name
 
 
 def _spark_ttl(spark, checkpoint) -> dict[str, list[int]]:
@@ -143,22 +139,18 @@ def test_event_time_timers_and_late_rows_after_moving(spark, tmp_path):
         return prepare(stream).groupBy("key").transformWithStateInPandas(
             P.EventTimeSessions(), out, "Update", "EventTime")
 
-    run.start(on_spark)
-    spark_out = run.continue_on("spark", on_spark, rocksdb=True)
     state = str(tmp_path / "state")
-    moved = {}
 
     def migrate(copy):
-        moved["result"] = migrate_spark_state(spark, copy, state, P.EventTimeSessions(),
-                                              num_partitions=2)
+        return migrate_spark_state(spark, copy, state, P.EventTimeSessions(), num_partitions=2)
 
     def on_stateengine(stream, copy):
         return transform_with_state_in_pandas(
             prepare(stream), P.EventTimeSessions(), "key", out, state, time_mode="EventTime",
             query_checkpoint=copy, num_partitions=2)
 
-    ours = run.continue_on("stateengine", on_stateengine, before=migrate)
-    assert_continues_alike(spark_out, ours, moved["result"].version)
+    spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
+    assert_continues_alike(spark_out, ours, result.version)
     rows = [r for b in ours.values() for r in b]
     assert any(r[1] == "timer" for r in rows)
     assert not any(r[0] in ("old", "late2") for r in rows)  # dropped as late, as in Spark
@@ -183,22 +175,18 @@ def test_row_flavour_moved_through_a_spark_connect_session(spark, connect, tmp_p
             P.RowsWithInitialState(), ROWS_OUT, "Update", "ProcessingTime",
             initialState=initial.groupBy("user"))
 
-    run.start(on_spark)
-    spark_out = run.continue_on("spark", on_spark, rocksdb=True)
     state = str(tmp_path / "state")
-    moved = {}
 
     def migrate(copy):
-        moved["result"] = migrate_spark_state(connect, copy, state, P.RowsWithInitialState(),
-                                              num_partitions=2)
+        return migrate_spark_state(connect, copy, state, P.RowsWithInitialState(),
+                                   num_partitions=2)
 
     def on_stateengine(stream, copy):
         return transform_with_state(stream, P.RowsWithInitialState(), "user", ROWS_OUT, state,
                                     time_mode="ProcessingTime", query_checkpoint=copy,
                                     num_partitions=2)
 
-    ours = run.continue_on("stateengine", on_stateengine, before=migrate)
-    result = moved["result"]
+    spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
     assert result.states == {"total": 4, "seen": 8} and result.retired
     assert_continues_alike(spark_out, ours, result.version)
     assert any(r[2] == "timer" for b in ours.values() for r in b)
@@ -222,22 +210,17 @@ def test_apply_in_pandas_with_state_and_its_timeouts_move_to_stateengine(spark, 
             G.count_with_timeout, G.GROUP_OUT, G.GROUP_STATE_SCHEMA, "Update",
             "ProcessingTimeTimeout")
 
-    run.start(on_spark)
-    spark_out = run.continue_on("spark", on_spark, rocksdb=True)
     state = str(tmp_path / "state")
-    moved = {}
 
     def migrate(copy):
-        moved["result"] = migrate_spark_state(spark, copy, state,
-                                              timeout_conf="ProcessingTimeTimeout")
+        return migrate_spark_state(spark, copy, state, timeout_conf="ProcessingTimeTimeout")
 
     def on_stateengine(stream, copy):
         return apply_in_pandas_with_state(
             stream, G.count_with_timeout, "user", G.GROUP_OUT, G.GROUP_STATE_SCHEMA, "Update",
             "ProcessingTimeTimeout", state, query_checkpoint=copy, num_partitions=2)
 
-    ours = run.continue_on("stateengine", on_stateengine, before=migrate)
-    result = moved["result"]
+    spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
     assert result.spark_operator == "applyInPandasWithState" and result.timers >= 2
     assert_continues_alike(spark_out, ours, result.version)
     rows = [r for b in ours.values() for r in b]

@@ -77,6 +77,7 @@ class SparkMigration:
 
     @property
     def next_batch_id(self) -> int:
+        """The batch the restarted query runs next (it loads ``version``)."""
         return self.version
 
 
