@@ -20,9 +20,11 @@ type (``read_state`` infers one per state); ``pickle`` for pickled values. State
 starts with ``$`` are stateengine's own (``$timers``: the per-key timer index of
 ``transform_with_state``); timers are counted, not listed as states.
 
-Attributes beyond the ones named above are shown as they are (``StateEntry.attributes``), so
-whatever a later format adds to a state's meta (a schema history, say) is listed by this
-catalog without a change here.
+A state whose schema evolved carries its schema history (the attribute
+``value_schema_history``): ``StateEntry.schema_history`` lists each version's schema, oldest
+first, with the renames its step declared. Attributes beyond the ones named here are shown as
+they are (``StateEntry.attributes``), so whatever a later format adds to a state's meta is
+listed by this catalog without a change here.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
 NATIVE_OPS = {NativeOp.SUM: "sum", NativeOp.MIN: "min", NativeOp.MAX: "max",
               NativeOp.COUNT: "count"}
 INTERNAL_PREFIX = "$"
-_SHOWN = ("value_schema", "user_key_schema", "ttl")  # attributes the fields below show
+# Schema evolution's attribute: the value schemas a state was written in, oldest first
+# (docs/ARCHITECTURE.md, "Schema evolution"): [{"schema", "renamed_from", "defaults"}, ...]
+HISTORY = "value_schema_history"
+_SHOWN = ("value_schema", "user_key_schema", "ttl", HISTORY)  # the fields below show them
 
 
 @dataclass
@@ -65,6 +70,9 @@ class StateEntry:
     ttl_ms: int | None = None  # as the job that committed the version configured it
     function: str | None = None  # a native reducing/aggregating function (sum, min...)
     internal: bool = False  # stateengine's own ($timers)
+    # the value schemas entries were written in, oldest first, each with the renames its step
+    # declared ("old -> new"); empty while the schema never changed
+    schema_history: list[dict[str, Any]] = field(default_factory=list)
     attributes: dict[str, Any] = field(default_factory=dict)  # every meta attribute
 
     @property
@@ -217,7 +225,22 @@ def _state(meta: dict[str, Any], ttl_ms: int | None) -> StateEntry:
         _type_of(meta["namespace_codec"], None),
         ttl=bool(attrs.get("ttl")), ttl_ms=ttl_ms if attrs.get("ttl") else None,
         function=NATIVE_OPS.get(meta.get("native_op", 0)),
-        internal=meta["name"].startswith(INTERNAL_PREFIX), attributes=attrs)
+        internal=meta["name"].startswith(INTERNAL_PREFIX),
+        schema_history=_history(attrs.get(HISTORY)), attributes=attrs)
+
+
+def _history(raw: Any) -> list[dict[str, Any]]:
+    """Each version of a schema history as {"version", "schema", "renamed"} (schema
+    evolution validates the attribute when it restores the state; a catalog shows it)."""
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for i, step in enumerate(raw):
+        step = step if isinstance(step, dict) else {}
+        renamed = step.get("renamed_from") if isinstance(step.get("renamed_from"), dict) else {}
+        out.append({"version": i, "schema": step.get("schema"),
+                    "renamed": [f"{old} -> {new}" for new, old in sorted(renamed.items())]})
+    return out
 
 
 def format_catalog(entries: list[OperatorEntry]) -> str:
@@ -264,4 +287,8 @@ def format_catalog(entries: list[OperatorEntry]) -> str:
                 extra.append(f"{k} {json.dumps(v, sort_keys=True)}")
             tail = f"  ({'; '.join(extra)})" if extra else ""
             lines.append(f"    {s.name:<{width}}  {s.kind:<11} {what}{tail}")
+            for h in s.schema_history:
+                renamed = f" (renamed {', '.join(h['renamed'])})" if h["renamed"] else ""
+                lines.append(f"    {'':<{width}}    schema version {h['version']}: "
+                             f"{h['schema']}{renamed}")
     return "\n".join(lines)

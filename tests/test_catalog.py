@@ -102,29 +102,35 @@ def test_every_operator_and_state_from_the_checkpoint_alone(tmp_path, capsys):
     assert {s["name"] for s in doc["states"]} == {s.name for s in op.states}
 
 
-def test_attributes_beyond_the_known_ones_are_listed_as_they_are(tmp_path, capsys):
-    """Whatever a state's meta carries (a schema history, say) reaches the catalog."""
-    from stateengine.checkpoint.meta import FIXED_STATE_FIELDS
-
+def test_schema_history_and_other_attributes_are_listed(tmp_path, capsys):
+    """A state's schema history (schema evolution's ``value_schema_history`` attribute, as
+    docs/ARCHITECTURE.md lays it out) and any other attribute its meta carries reach the
+    catalog from the sealed manifest alone."""
     root = str(tmp_path / "ck")
     write_checkpoint(root, str(tmp_path / "local"), n=1, versions=1)
-    # seal an extra attribute into the state meta the way a later format would
     provider = StateStoreProvider(root, "sessions", 0, 1, key_type=(Codec.STRING, Codec.INT),
                                   descriptors=_descriptors(), local_dir=str(tmp_path / "l2"),
                                   key_names=["user", "region"])
     store = provider.get_store(1)
-    meta = store.backend._cf_metas["session"]
-    meta["schema_history"] = [{"version": 1, "schema": "struct<user:string>"}]
-    assert "schema_history" not in FIXED_STATE_FIELDS
+    meta = store.backend._cf_metas["session"]  # what a later format writes into the meta
+    meta["value_schema_history"] = [
+        {"schema": "struct<name:string,region:int>"},
+        {"schema": "struct<user:string,region:int>", "renamed_from": {"user": "name"}}]
+    meta["origin"] = {"tool": "test"}
     store.commit()
     provider.close()
     (op,) = checkpoint_catalog(root)
     session = op.state("session")
-    assert session.extra_attributes == {"schema_history": [{"version": 1,
-                                                            "schema": "struct<user:string>"}]}
+    assert session.schema_history == [
+        {"version": 0, "schema": "struct<name:string,region:int>", "renamed": []},
+        {"version": 1, "schema": "struct<user:string,region:int>", "renamed": ["name -> user"]}]
+    assert session.extra_attributes == {"origin": {"tool": "test"}}
     assert main(["catalog", root]) == 0
-    assert 'schema_history [{"schema": "struct<user:string>", "version": 1}]' in \
-        capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert 'session   value       struct<user:string,region:int>  (origin {"tool": "test"})' \
+        in out
+    assert "schema version 0: struct<name:string,region:int>\n" in out
+    assert "schema version 1: struct<user:string,region:int> (renamed name -> user)" in out
 
 
 def test_checkpoints_from_before_key_names_were_recorded(fixtures, capsys):  # noqa: F811

@@ -52,9 +52,8 @@ from .batch import query_id
 from .group_state import GROUP_STATE, NO_TIMESTAMP, group_state_descriptor, timeout_name
 from .processor import WATERMARK_STATE, state_descriptors
 from .routing import MARKER_COL, PID_COL, key_codecs_for, quote, route
-from .spark_state import GROUP_STATE as GROUP_STATE_KIND
-from .spark_state import SparkOperator, SparkStateError, SparkVariable, committed_batches, \
-    retire_operator_metadata, spark_operator
+from .spark_state import GROUP_STATE_KIND, SparkOperator, SparkStateError, SparkVariable, \
+    committed_batches, retire_operator_metadata, spark_operator
 from .workers import check_workers
 
 log = logging.getLogger("stateengine")
@@ -121,10 +120,11 @@ def migrate_spark_state(spark: Any, query_checkpoint: str, checkpoint: str,
     n = num_partitions or min(op.num_partitions, max_parallelism)
     result = SparkMigration(op.name, op.batch_id, version, n)
     if done is None:
-        parts, descriptors, frames, key_names = _plan(spark, op, processor, timeout_conf)
+        domain = _timeout_domain(op, timeout_conf)
+        parts, descriptors, frames, key_names = _plan(spark, op, processor, timeout_conf, domain)
         union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
         written = _write(union, op, parts, descriptors, key_names, storage.uri, operator_id, n,
-                         max_parallelism, _timeout_domain(op, timeout_conf), query_checkpoint)
+                         max_parallelism, domain, query_checkpoint)
         for p in parts:
             if p.state is not None:
                 result.states[p.state] = written.get(p.index, 0)
@@ -179,7 +179,8 @@ def _timeout_domain(op: SparkOperator, timeout_conf: str | None) -> str | None:
     return {"ProcessingTime": "processing", "EventTime": "event"}.get(op.time_mode or "")
 
 
-def _plan(spark: Any, op: SparkOperator, processor: Any, timeout_conf: str | None
+def _plan(spark: Any, op: SparkOperator, processor: Any, timeout_conf: str | None,
+          domain: str | None
           ) -> tuple[list[_Part], list[StateDescriptor], list[DataFrame], list[str]]:
     """The write job's parts, the descriptors of the states written, each variable's
     payload frame and the key's column names (module docstring)."""
@@ -217,11 +218,11 @@ def _plan(spark: Any, op: SparkOperator, processor: Any, timeout_conf: str | Non
             stored = df.schema["value"].dataType["groupState"].dataType
             descriptors.append(group_state_descriptor(stored))
             parts.append(_Part(i, var, GROUP_STATE))
-            timeouts = df.where("value.timeoutTimestamp != -1").limit(1).count()
-            if timeouts and timeout_conf is None:
+            if domain is None and df.where("value.timeoutTimestamp != -1").limit(1).count():
                 raise ValueError(
                     f"keys of the {op.name} operator have timeouts: pass timeout_conf= (its "
-                    f"GroupStateTimeout: ProcessingTimeTimeout or EventTimeTimeout)")
+                    f"GroupStateTimeout: ProcessingTimeTimeout or EventTimeTimeout), got "
+                    f"{timeout_conf!r}")
         else:
             desc = _descriptor(var, df.schema, declared, op)
             descriptors.append(desc)
@@ -258,7 +259,8 @@ def _payload(var: SparkVariable) -> tuple[str, str | None]:
     return "value", None  # GroupState: struct<groupState, timeoutTimestamp>
 
 
-def _spark_schemas(var: SparkVariable, schema: T.StructType) -> tuple[T.DataType, T.DataType | None]:
+def _spark_schemas(var: SparkVariable,
+                   schema: T.StructType) -> tuple[T.DataType, T.DataType | None]:
     """(value or element schema, user key schema) of a variable as Spark stores it."""
     def unwrap(t: T.DataType) -> T.DataType:
         return t["value"].dataType if var.ttl else t

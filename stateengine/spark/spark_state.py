@@ -37,7 +37,7 @@ from ..errors import CheckpointNotFoundError, StateEngineError
 from .batch import batch_times, query_storage
 
 PROCESSOR = "processor"  # transformWithState / transformWithStateInPandas
-GROUP_STATE = "group_state"  # applyInPandasWithState
+GROUP_STATE_KIND = "group_state"  # applyInPandasWithState
 _KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map", "TimerState": "timers"}
 METADATA_DIR = "_metadata"
 RETIRED_SUFFIX = ".moved-to-stateengine"
@@ -73,7 +73,7 @@ class SparkOperator:
 
     @property
     def flavour(self) -> str:
-        return GROUP_STATE if self.name == "applyInPandasWithState" else PROCESSOR
+        return GROUP_STATE_KIND if self.name == "applyInPandasWithState" else PROCESSOR
 
     def read(self, spark: Any, variable: SparkVariable) -> DataFrame:
         """The variable's content as of ``batch_id`` (see the module docstring)."""
@@ -81,7 +81,7 @@ class SparkOperator:
                   .option("batchId", self.batch_id).option("operatorId", self.operator_id))
         if variable.kind == "timers":
             reader = reader.option("readRegisteredTimers", "true")
-        elif variable.kind != GROUP_STATE:
+        elif variable.kind != GROUP_STATE_KIND:
             reader = reader.option("stateVarName", variable.name)
             if variable.kind == "list":
                 reader = reader.option("flattenCollectionTypes", "false")
@@ -158,7 +158,7 @@ def spark_operator(spark: Any, path: str, operator_id: int = 0) -> SparkOperator
             op.variables.append(SparkVariable(str(var["stateName"]), kind,
                                               bool(var.get("ttlEnabled"))))
     elif name == "applyInPandasWithState":
-        op.variables.append(SparkVariable("groupState", GROUP_STATE))
+        op.variables.append(SparkVariable("groupState", GROUP_STATE_KIND))
     else:
         raise SparkStateError(
             f"operator {operator_id} of the query at {storage.location} is Spark's {name}; "

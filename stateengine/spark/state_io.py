@@ -288,7 +288,8 @@ def _columns_of(meta: dict, overrides: dict[str, Any]) -> list[_Column]:
 CATALOG_SCHEMA = (
     "operator string, version bigint, state string, kind string, key_columns array<string>, "
     "key_types array<string>, namespace_type string, user_key_type string, value_type string, "
-    "ttl boolean, ttl_ms bigint, function string, internal boolean, attributes string, "
+    "ttl boolean, ttl_ms bigint, function string, internal boolean, "
+    "schema_history array<string>, attributes string, "
     "first_version bigint, versions array<bigint>, partitions int, migrated_from string, "
     "damage string")
 
@@ -309,12 +310,13 @@ def catalog_frame(spark: SparkSession, checkpoint: str, version: int | None = No
         for st in op.states or [None]:
             row = dict.fromkeys(("state", "kind", "namespace_type", "user_key_type",
                                  "value_type", "ttl", "ttl_ms", "function", "internal",
-                                 "attributes"))
+                                 "schema_history", "attributes"))
             if st is not None:
                 row.update(state=st.name, kind=st.kind, namespace_type=st.namespace_type,
                            user_key_type=st.user_key_type, value_type=st.value_type,
                            ttl=st.ttl, ttl_ms=st.ttl_ms, function=st.function,
                            internal=st.internal,
+                           schema_history=[h["schema"] for h in st.schema_history],
                            attributes=json.dumps(st.attributes, sort_keys=True))
             row.update(common)
             rows.append(row)
