@@ -188,11 +188,17 @@ def test_malformed_key_names_behind_a_valid_seal_are_corruption(tmp_path):
     assert recorded_key_names({}, 1, "manifest m") is None
 
 
-@pytest.mark.parametrize("session_name", ["spark", "connect"])
-def test_read_state_lists_and_reads_without_descriptors(session_name, request, tmp_path):
+def test_read_state_lists_and_reads_without_descriptors(spark, tmp_path):
+    _read_without_descriptors(spark, tmp_path)
+
+
+def test_read_state_lists_and_reads_without_descriptors_on_spark_connect(connect, tmp_path):
+    _read_without_descriptors(connect, tmp_path)
+
+
+def _read_without_descriptors(session, tmp_path):
     from stateengine.spark import read_state
 
-    session = request.getfixturevalue(session_name)
     root = str(tmp_path / "ck")
     write_checkpoint(root, str(tmp_path / "local"))
     listing = read_state(session, root)
@@ -202,6 +208,7 @@ def test_read_state_lists_and_reads_without_descriptors(session_name, request, t
     assert rows["by_tag"]["user_key_type"] == "struct<tag:string>"
     assert rows["session"]["key_columns"] == ["user", "region"]
     assert rows["session"]["versions"] == [1, 2] and rows["session"]["partitions"] == 2
+    assert rows["session"]["schema_history"] == [] and rows["total"]["function"] == "sum"
     events = read_state(session, root, "events", operator_id="sessions", flatten=True,
                         key_names="recorded")
     assert events.columns == ["user", "region", "namespace", "tag", "amount", "last_access_ms"]
