@@ -37,6 +37,7 @@ from .errors import (IncompatibleStateError, StateEngineError, StateRegistration
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
 from .operator_state import OperatorStateBackend
 from .timers import TimerService
+from .ttl import check_ttl_fits, check_ttl_time
 from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
                     ValueState)
 
@@ -241,6 +242,14 @@ class KeyedStateBackend(_native.NativeBackend):
         self._pending.add(snap)
         return snap
 
+    def edge_entries(self, cf: int) -> tuple[tuple[bytes, bytes], ...]:
+        """The first and last stored (key, value) of column family ``cf`` (none if empty):
+        two seeks, so a restore can check the data against what its manifest records."""
+        first = self._raw_scan(cf, limit=1)
+        if not first:
+            return ()
+        return first[0], self._raw_scan(cf, limit=1, reverse=True)[0]
+
     def adopt_checkpoint(self, handle: IncrementalHandle) -> None:
         """Takes a restored checkpoint as the last confirmed one, so the next incremental
         checkpoint reuses its files."""
@@ -340,6 +349,8 @@ class KeyedStateBackend(_native.NativeBackend):
                         f"pass the same StateTtlConfig (it may change when the state is restored "
                         f"into a new backend)")
                 return self._states[name]
+        if descriptor.ttl is not None:  # before anything is created: refused means unchanged
+            check_ttl_fits(name, descriptor.ttl.ttl_ms, self.ttl_time)
         cf = self._cf_index.get(name)
         if cf is None:
             cf = self._native_create_cf(*_cf_spec(want))
@@ -435,6 +446,17 @@ class KeyedStateBackend(_native.NativeBackend):
         cf = self._cf_of(name)
         # Keys begin with a 1- or 2-byte key-group prefix below 0xFFFF: this spans them all.
         self._native_delete_range(cf, b"", b"\xff\xff\xff")
+
+    def set_ttl_time(self, timestamp_ms: int) -> None:
+        """The time, in milliseconds since the epoch, that states with TTL use from now on:
+        writes stamp entries with it, reads check expiry against it, and the compaction filter
+        purges what expired by it. TTL never reads the wall clock; pass processing time, or in
+        a micro-batch the batch's timestamp so that a replay sees the same expiry. A time
+        whose sum with the TTL of a registered state leaves int64 milliseconds is refused
+        (``TtlTimeRangeError``) and the time stays as it was."""
+        ttls = {n: h.descriptor.ttl.ttl_ms for n, h in list(self._states.items())
+                if h.descriptor.ttl is not None}
+        super().set_ttl_time(check_ttl_time(timestamp_ms, ttls))
 
     # ---- snapshots and checkpoints -------------------------------------------------------
 

@@ -175,6 +175,16 @@ class OperatorStateBackend:
         return backend
 
 
+def instance_of(data: bytes) -> tuple[int, int] | None:
+    """(operator index, parallelism) an operator state file of format 2 or 3 records in its
+    header (None for another format: restore reports those). The checkpoint's handle records
+    them too, and restore compares the two."""
+    if data[:4] != MAGIC or len(data) < _HEADER.size:
+        return None
+    _, fmt, index, parallelism, _ = _HEADER.unpack_from(data)
+    return (index, parallelism) if fmt in (FORMAT, _UNCHECKED_FORMAT) else None
+
+
 def _decode(data: bytes, source: str,
             allow_pickle: bool) -> tuple[int, dict[str, tuple[str, list[Any]]]]:
     """(old operator index, {name: (mode, elements)}) of one operator state file."""

@@ -179,8 +179,11 @@ class StateStoreProvider:
     def _begins_at(self, version: int) -> bool:
         """Whether ``version`` is where this operator's state begins (empty)."""
         first = self.catalog.first_version()
-        if first is None or first == version:
-            return True  # no state yet, or another task of the first batch committed already
+        if first is None:
+            return True  # no state yet
+        self.catalog.check_begins_after(version, first)
+        if first == version:
+            return True  # another task of the first batch committed already
         if version < first:
             raise CheckpointNotFoundError(
                 f"version {version} of {self.catalog.describe()} is before the version its "
@@ -302,7 +305,7 @@ class StateStore:
         try:
             codecs = self._backend.key_codecs
             p.catalog.write_properties(p.max_parallelism, list(codecs) if codecs else None,
-                                       p._first_version)
+                                       p._first_version, self._backend.key_is_tuple)
             handle = self._backend.checkpoint(
                 new_version, p.storage,
                 private_dir=p.catalog.private_dir(new_version, p.partition_id, p.num_partitions, attempt),

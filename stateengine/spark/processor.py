@@ -299,6 +299,12 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
         if mode == "ProcessingTime" and facts["processing_time"] is None:
             facts["processing_time"] = int(time.time() * 1000)
     facts["ttl_time_ms"] = None  # Spark's TTL runs on each batch's processing time
+    if facts["processing_time"] is not None:  # refused on the driver, before any task runs
+        from ..ttl import check_ttl_time
+
+        check_ttl_time(facts["processing_time"],
+                       {n: d.ttl_ms for n, d in plan.decls.items() if d.ttl_ms is not None},
+                       "processing_time (the batch's TTL time)")
     cfg = config_from_facts(df, cols, plan.descriptors(), checkpoint, out, facts,
                             num_partitions=num_partitions, max_parallelism=max_parallelism,
                             operator_id=operator_id, min_versions_to_retain=min_versions_to_retain,
