@@ -128,6 +128,8 @@ def _entries(handle_json: str, meta: dict, allow_pickle: bool,
            if ttl and meta.get("value_schema") else None)
     has_uk = meta["kind"] in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
     handle = handle_from_dict(json.loads(handle_json))
+    if all(m["name"] != name for m in handle.states):
+        return  # a partition whose job never registered the state holds none of it
     scratch = os.path.join(tempfile.gettempdir(), "stateengine-reader", uuid.uuid4().hex)
     backend = KeyedStateBackend.open_for_reading(scratch, [handle], handle.key_group_range,
                                                  allow_pickle)
