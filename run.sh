@@ -68,6 +68,12 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # Spark n
 if [ "$COMMAND" != demo ] && ! command -v javac >/dev/null 2>&1; then
     missing+=(openjdk-17-jdk-headless)  # javac: the tests build the Spark UI metrics jar
 fi
+if [ "$COMMAND" != demo ]; then
+    # the fuzz harnesses of the suite (tests/test_fuzz.py): clang, libFuzzer, the sanitizers
+    command -v clang++ >/dev/null 2>&1 || command -v clang++-14 >/dev/null 2>&1 || missing+=(clang)
+    ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+        missing+=(libclang-rt-14-dev)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
 fi

@@ -344,7 +344,7 @@ class ArrowDecoder {
       case kRowTimestamp:
       case kRowTimestampNtz:
       case kRowDouble: {
-        if (n < 8) return false;
+        if (n < 8 || !InSparkRange(b->type, p)) return false;
         const uint64_t v = GetBE64(p);
         Put(b, &v, 8);
         *used = 8;
@@ -353,7 +353,7 @@ class ArrowDecoder {
       case kRowInt:
       case kRowDate:
       case kRowFloat: {
-        if (n < 4) return false;
+        if (n < 4 || !InSparkRange(b->type, p)) return false;
         const uint32_t v = GetBE32(p);
         Put(b, &v, 4);
         *used = 4;

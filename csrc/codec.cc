@@ -85,6 +85,7 @@ bool AnyLength(const char* p, size_t n, int depth, size_t* len) {
 bool ElementLength(Codec codec, const char* p, size_t n, size_t* len) {
   switch (codec) {
     case kVoid:
+      if (n >= 1 && p[0] != 0) return false;  // the one byte VOID writes
       return FixedLength(1, n, len);
     case kI64:
     case kF64:
@@ -95,6 +96,9 @@ bool ElementLength(Codec codec, const char* p, size_t n, size_t* len) {
     case kF32:
       return FixedLength(4, n, len);
     case kBool:
+      // Only 0 and 1 are written: another byte is damage, and as a key it would be a second
+      // entry for the same boolean.
+      if (n >= 1 && static_cast<unsigned char>(p[0]) > 1) return false;
       return FixedLength(1, n, len);
     case kStr:
     case kBytes:

@@ -103,13 +103,17 @@ inline void PutVarint(std::string* out, uint64_t v) {
   out->append(b, n);
 }
 
-// Returns bytes consumed, 0 if truncated or longer than 10 bytes.
+// Returns bytes consumed, 0 if truncated, longer than 10 bytes or not the minimal encoding
+// PutVarint writes (a zero last byte after others, bits beyond 64): a decoder that accepted
+// those would read one value from several byte strings, and equal values must have equal
+// bytes (map keys, namespaces).
 inline size_t GetVarint(const char* p, size_t n, uint64_t* v) {
   uint64_t result = 0;
   for (size_t i = 0; i < n && i < 10; ++i) {
     const auto b = static_cast<unsigned char>(p[i]);
     result |= static_cast<uint64_t>(b & 0x7F) << (7 * i);
     if ((b & 0x80) == 0) {
+      if ((i > 0 && b == 0) || (i == 9 && b > 1)) return 0;
       *v = result;
       return i + 1;
     }

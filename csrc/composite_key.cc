@@ -66,6 +66,18 @@ void CompositeKeyBuilder::BuildTimerKey(int64_t timestamp, const std::string& ns
 
 namespace {
 
+// Whether the length suffix at p (n bytes available) is the one PutLengthSuffix writes for
+// len: a suffix that merely has the right size would let two byte strings name one entry.
+bool SuffixIs(const char* p, size_t n, uint32_t len) {
+  size_t i = 0;
+  do {
+    if (i >= n || static_cast<unsigned char>(p[i]) != (len & 0xFF)) return false;
+    ++i;
+    len >>= 8;
+  } while (len != 0);
+  return true;
+}
+
 // Parses [key](len)[ns](len) starting at pos; leaves pos after the namespace part.
 bool ParseKeyAndNamespace(const char* p, size_t n, size_t* pos, const KeySchema& schema,
                           Codec ns_codec, ParsedKey* out) {
@@ -75,15 +87,20 @@ bool ParseKeyAndNamespace(const char* p, size_t n, size_t* pos, const KeySchema&
   out->key_off = *pos;
   out->key_len = key_len;
   *pos += key_len;
-  if (ambiguous) *pos += LengthSuffixSize(static_cast<uint32_t>(key_len));
-  if (*pos > n) return false;
+  if (ambiguous) {
+    if (!SuffixIs(p + *pos, n - *pos, static_cast<uint32_t>(key_len))) return false;
+    *pos += LengthSuffixSize(static_cast<uint32_t>(key_len));
+  }
   size_t ns_len;
   if (!ElementLength(ns_codec, p + *pos, n - *pos, &ns_len)) return false;
   out->ns_off = *pos;
   out->ns_len = ns_len;
   *pos += ns_len;
-  if (ambiguous) *pos += LengthSuffixSize(static_cast<uint32_t>(ns_len));
-  return *pos <= n;
+  if (ambiguous) {
+    if (!SuffixIs(p + *pos, n - *pos, static_cast<uint32_t>(ns_len))) return false;
+    *pos += LengthSuffixSize(static_cast<uint32_t>(ns_len));
+  }
+  return true;
 }
 
 }  // namespace

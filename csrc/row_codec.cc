@@ -36,6 +36,18 @@ Int128 Pow10(int k) {
 
 }  // namespace
 
+bool InSparkRange(uint8_t type, const char* p) {
+  if (type == kRowDate) {
+    const auto days = static_cast<int32_t>(GetBE32(p));
+    return days >= kMinDateDays && days <= kMaxDateDays;
+  }
+  if (type == kRowTimestamp || type == kRowTimestampNtz) {
+    const auto us = static_cast<int64_t>(GetBE64(p));
+    return us >= kMinTimestampMicros && us <= kMaxTimestampMicros;
+  }
+  return true;
+}
+
 bool RowSchema::Compile(const char* p, size_t n) {
   nodes_.clear();
   children_.clear();
@@ -96,6 +108,7 @@ bool RowSchema::Length(uint32_t index, const char* p, size_t n, size_t* len) con
   if (node.fixed_width != 0) {
     if (n < node.fixed_width) return false;
     if (node.type == kRowBoolean && static_cast<unsigned char>(p[0]) > 1) return false;
+    if (!InSparkRange(node.type, p)) return false;
     *len = node.fixed_width;
     return true;
   }

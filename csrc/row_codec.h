@@ -88,6 +88,11 @@ class RowSchema {
   std::vector<uint32_t> children_;
 };
 
+// Whether the fixed-width value of a node of this type at p lies in Spark's range: dates and
+// timestamps outside years 1..9999 are never written, so stored ones are corrupted (every
+// other type: true).
+bool InSparkRange(uint8_t type, const char* p);
+
 // Bytes of a struct's or array's null bitmap.
 inline size_t BitmapBytes(uint64_t count) { return static_cast<size_t>((count + 7) / 8); }
 inline bool BitSet(const char* bitmap, uint64_t i) {

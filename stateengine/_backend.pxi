@@ -493,7 +493,8 @@ cdef class NativeBackend:
         if not self._has_schema:
             raise _NoCurrentKeyError("the backend has no key type yet")
         if not CParseStateKey(p, <size_t>len(raw), self._prefix_bytes, self._schema,
-                              <CCodec>ns_codec, has_user_key, &pk):
+                              <CCodec>ns_codec, has_user_key, &pk) or \
+                pk.key_group >= self._max_parallelism:
             raise _CorruptionError(f"stored key {raw[:40]!r} does not fit the state layout")
         return (pk.key_group, decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len),
                 raw[pk.ns_off:pk.ns_off + pk.ns_len], raw[pk.user_key_off:])
@@ -505,7 +506,8 @@ cdef class NativeBackend:
         cdef const char* p = PyBytes_AS_STRING(raw)
         if not self._has_schema:
             raise _NoCurrentKeyError("the backend has no key type yet")
-        if not CParseTimerKey(p, <size_t>len(raw), self._prefix_bytes, self._schema, &ts, &pk):
+        if not CParseTimerKey(p, <size_t>len(raw), self._prefix_bytes, self._schema, &ts, &pk) or \
+                pk.key_group >= self._max_parallelism:
             raise _CorruptionError(f"stored timer key {raw[:40]!r} does not fit the timer layout")
         return (pk.key_group, ts,
                 decode_key(self._schema, self._key_is_tuple, p + pk.key_off, pk.key_len),

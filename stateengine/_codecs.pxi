@@ -496,7 +496,7 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, Ga
         used[0] = head + <size_t>body
         return _unpickle(gate, p + head, <size_t>body)
     if codec == kBool:
-        if n < 1:
+        if n < 1 or <unsigned char>p[0] > 1:  # only 0/1 are written: equal values, equal bytes
             return _corrupt(codec, n)
         used[0] = 1
         return p[0] != 0
@@ -517,6 +517,8 @@ cdef object decode_value(CCodec codec, const char* p, size_t n, size_t* used, Ga
         used[0] = n
         return PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
     if codec == kVoid:
+        if n < 1 or p[0] != 0:  # the one byte VOID writes
+            return _corrupt(codec, n)
         used[0] = 1
         return None
     return _corrupt(codec, n)

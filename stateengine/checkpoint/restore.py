@@ -32,6 +32,7 @@ from .handles import FullSnapshotHandle, IncrementalHandle, handle_from_dict
 from .interface import BackendFactory, RestoreTarget
 from .legacy import convert_legacy, is_legacy
 from .storage import CheckpointStorage
+from .untrusted import check_rocksdb_files
 
 Handle = FullSnapshotHandle | IncrementalHandle
 
@@ -142,9 +143,12 @@ def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str
                        target: KeyGroupRange, key_type: Any,
                        allow_pickle: bool = False) -> RestoreTarget:
     """Opens what _materialize placed; a directory RocksDB cannot open (no CURRENT, a
-    MANIFEST that names missing files or other column families) is a corrupted checkpoint."""
+    MANIFEST that names missing files or other column families) is a corrupted checkpoint.
+    A child process reads it first (untrusted.py), so damage behind every checksum is an error,
+    never a signal."""
     try:
         check_options(handle, os.path.join(path, "db"))
+        check_rocksdb_files(os.path.join(path, "db"), _describe(handle))
         backend = cls.open_restored(path, handle.max_parallelism, target, handle.states,
                                     key_type, allow_pickle=allow_pickle)
     except CorruptionError as e:
