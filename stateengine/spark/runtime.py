@@ -110,7 +110,7 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     # restored afresh rather than one configured for the old ones.
     ttls = tuple((d.name, d.ttl) for d in cfg.descriptors if getattr(d, "ttl", None) is not None)
     ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
-             cfg.max_parallelism, cfg.allow_pickle, ttls)
+             cfg.max_parallelism, cfg.allow_pickle, ttls, tuple(cfg.key_cols))
     with _cache_lock:
         provider = _cache.get(ident)
         if provider is not None:
@@ -120,7 +120,8 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     provider = StateStoreProvider(
         cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions, cfg.max_parallelism,
         key_type=key_type, descriptors=cfg.descriptors, local_dir=cfg.local_dir,
-        min_versions_to_retain=cfg.min_versions_to_retain, allow_pickle=cfg.allow_pickle)
+        min_versions_to_retain=cfg.min_versions_to_retain, allow_pickle=cfg.allow_pickle,
+        key_names=cfg.key_cols)
     evicted = []
     with _cache_lock:
         _cache[ident] = provider
