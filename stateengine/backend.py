@@ -197,6 +197,12 @@ class KeyedStateBackend(_native.NativeBackend):
         """Every keyed state this backend holds: registered now or restored from a snapshot."""
         return [n for n in list(self._cf_index) if not n.startswith("__")]  # one atomic copy
 
+    def ttl_settings(self) -> dict[str, Any]:
+        """The StateTtlConfig of every state registered with a TTL in this backend (the
+        duration is configuration of the running job, not stored with the state)."""
+        return {name: h.descriptor.ttl for name, h in list(self._states.items())
+                if h.descriptor.ttl is not None}
+
     def state_meta(self, name: str) -> dict:
         """The stored meta of state ``name`` (see ``StateDescriptor.meta``)."""
         meta = self._cf_metas.get(name)

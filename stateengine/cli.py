@@ -12,6 +12,9 @@
     stateengine meta     SNAPSHOT_FILE                   the meta block of a full snapshot
     stateengine stats    CHECKPOINT [--operator OP] [--version V] [--json]
                                                          state metrics a version recorded
+    stateengine catalog  CHECKPOINT [--operator OP] [--version V] [--json]
+                                                         operators, keys, states, kinds,
+                                                         schemas, TTL and versions
 
 CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without --version the
 newest version is used; if it is damaged that is an error, never a quiet fall back to an older one.
@@ -412,6 +415,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from .catalog import checkpoint_catalog, format_catalog
+
+    entries = checkpoint_catalog(_storage(args), args.operator, args.version, _key(args))
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2, sort_keys=True))
+    else:
+        print(format_catalog(entries))
+    damaged = [e.name for e in entries if e.damage]
+    if damaged:
+        print(f"stateengine: operator(s) {', '.join(damaged)} could not be read (above)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_ui_jar(args: argparse.Namespace) -> int:
     from .spark.ui_metrics import UiJarError, ui_jar
 
@@ -484,6 +503,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true",
                     help="print partitions, totals and Spark-style sums as JSON")
     sp.set_defaults(fn=cmd_stats)
+    sp = sub.add_parser("catalog", help="what a checkpoint holds, from its own metadata",
+                        description="list every operator of a checkpoint root with its key "
+                                    "(column names and types), versions and partitions, and "
+                                    "its states: kind, types or schemas, TTL, attributes")
+    sp.add_argument("checkpoint", help="checkpoint directory or pyarrow.fs URI")
+    sp.add_argument("--operator", default=None, help="only this operator (default: every one)")
+    sp.add_argument("--version", type=int, default=None,
+                    help="describe version N (default: each operator's newest)")
+    sp.add_argument("--key-file", default=None,
+                    help="file holding the checkpoint key (default: $STATEENGINE_CHECKPOINT_KEY)")
+    sp.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    sp.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
+    sp.set_defaults(fn=cmd_catalog)
     sp = sub.add_parser("meta", help="print the meta block of a full snapshot file as JSON",
                         description="print the meta block of a full snapshot file as JSON")
     sp.add_argument("file", help="a full snapshot's data file (local path)")

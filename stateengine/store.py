@@ -73,7 +73,9 @@ class StateStoreProvider:
     ``allow_pickle`` is KeyedStateBackend's: without it nothing read from the checkpoint is
     ever unpickled (versions written before format 2 may need it once, see restore).
     ``hmac_key`` (default ``$STATEENGINE_CHECKPOINT_KEY``) authenticates every manifest and
-    file written and is required of every one read.
+    file written and is required of every one read. ``key_names`` (the key's column names)
+    are recorded in every manifest this provider commits, for readers that have only the
+    checkpoint (``stateengine.catalog``).
     """
 
     def __init__(self, checkpoint: CheckpointStorage | str | os.PathLike, operator_id: str,
@@ -81,7 +83,8 @@ class StateStoreProvider:
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, key_type: Any = None,
                  descriptors: Sequence[StateDescriptor] = (), local_dir: str | None = None,
                  min_versions_to_retain: int = 10, allow_pickle: bool = False,
-                 hmac_key: bytes | str | None = None) -> None:
+                 hmac_key: bytes | str | None = None,
+                 key_names: Sequence[str] | None = None) -> None:
         if min_versions_to_retain < 1:
             raise ValueError("min_versions_to_retain must be at least 1")
         self.storage = as_storage(checkpoint)
@@ -97,6 +100,7 @@ class StateStoreProvider:
         self.descriptors = list(descriptors)
         self.min_versions_to_retain = min_versions_to_retain
         self.allow_pickle = allow_pickle
+        self.key_names = list(key_names) if key_names else None
         if not allow_pickle:
             for d in self.descriptors:
                 check_no_pickle(d)
@@ -262,11 +266,13 @@ class StateStore:
             f"Cannot {action} after already committed or aborted ({self}); load a store with "
             f"get_store(version) to make new changes")
 
-    def commit(self) -> int:
+    def commit(self, extra: dict[str, Any] | None = None) -> int:
         """Publishes this store's state as version + 1 and returns that version.
 
         Partition 0 then prunes old versions; pruning is maintenance, so its failure is
-        reported in ``metrics["prune_error"]`` and does not undo or fail the commit."""
+        reported in ``metrics["prune_error"]`` and does not undo or fail the commit.
+        ``extra`` adds fields to the version's manifest (under its checksum), e.g. where
+        migrated state came from."""
         if self.state is not StoreState.UPDATING:
             self._refuse("commit")
         p = self._provider
@@ -283,9 +289,18 @@ class StateStore:
                 self._backend, self._start_counts, p.last_load, stats,
                 (started - self._opened) * 1e3, (time.perf_counter() - started) * 1e3,
                 p.storage.retries - retries))
-            return {"created_at": int(time.time() * 1000), "version": new_version,
-                    "partition": p.partition_id, "num_partitions": p.num_partitions,
-                    "operator": p.operator_id, "metrics": dict(sealed)}
+            doc = {"created_at": int(time.time() * 1000), "version": new_version,
+                   "partition": p.partition_id, "num_partitions": p.num_partitions,
+                   "operator": p.operator_id, "metrics": dict(sealed)}
+            # What a reader with nothing but the checkpoint needs (checkpoint/catalog.py): the
+            # key's column names and the TTL the committing job configured per state.
+            if p.key_names:
+                doc["key_names"] = list(p.key_names)
+            ttls = self._backend.ttl_settings()
+            if ttls:
+                doc["ttl_ms"] = {name: t.ttl_ms for name, t in sorted(ttls.items())}
+            doc.update(extra or {})
+            return doc
 
         try:
             codecs = self._backend.key_codecs

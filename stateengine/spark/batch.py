@@ -50,9 +50,13 @@ def local_property(name: str) -> str | None:
 
 def query_storage(query_checkpoint: str) -> CheckpointStorage:
     """The query's checkpoint location as storage; Spark also writes local paths as
-    ``file:/path``, which pyarrow does not read as a URI."""
+    ``file:/path``, which pyarrow does not read as a URI, and names S3 locations by Hadoop's
+    ``s3a://`` (``s3n://``), which pyarrow reads as ``s3://``."""
     if query_checkpoint.startswith("file:") and not query_checkpoint.startswith("file://"):
         query_checkpoint = query_checkpoint[len("file:"):]
+    for hadoop in ("s3a://", "s3n://"):
+        if query_checkpoint.startswith(hadoop):
+            query_checkpoint = "s3://" + query_checkpoint[len(hadoop):]
     return CheckpointStorage(query_checkpoint)
 
 

@@ -114,7 +114,7 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     schemas = tuple((d.name, d.meta().get("value_schema"), d.meta().get("user_key_schema"),
                      repr(d.evolution)) for d in cfg.descriptors)
     ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
-             cfg.max_parallelism, cfg.allow_pickle, ttls, schemas)
+             cfg.max_parallelism, cfg.allow_pickle, ttls, tuple(cfg.key_cols), schemas)
     with _cache_lock:
         provider = _cache.get(ident)
         if provider is not None:
@@ -124,7 +124,8 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     provider = StateStoreProvider(
         cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions, cfg.max_parallelism,
         key_type=key_type, descriptors=cfg.descriptors, local_dir=cfg.local_dir,
-        min_versions_to_retain=cfg.min_versions_to_retain, allow_pickle=cfg.allow_pickle)
+        min_versions_to_retain=cfg.min_versions_to_retain, allow_pickle=cfg.allow_pickle,
+        key_names=cfg.key_cols)
     evicted = []
     with _cache_lock:
         _cache[ident] = provider

@@ -41,6 +41,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from .. import _native, evolution, sparktypes
 from ..backend import KeyedStateBackend
+from ..catalog import SPARK_TYPES as _SPARK_TYPES
+from ..catalog import default_key_names
 from ..checkpoint.handles import handle_from_dict
 from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
@@ -55,15 +57,11 @@ from .routing import PID_COL, check_no_null_keys, check_partition, default_num_p
 from .runtime import TaskConfig, guarded, ttl_clock
 from .workers import check_workers
 
-_SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
-                Codec.FLOAT: "float", Codec.STRING: "string", Codec.BINARY: "binary",
-                Codec.BOOLEAN: "boolean", Codec.ORDERED_BIGINT: "bigint",
-                Codec.ORDERED_DOUBLE: "double", Codec.ORDERED_STRING: "string",
-                Codec.ORDERED_BINARY: "binary"}
 _UNTYPED = (Codec.ANY, Codec.PICKLE)
 _CHUNK = 4096
 _BATCH_ROWS = 16_384
 JSON = "json"
+RECORDED = "recorded"  # read_state(key_names=): the names the manifests recorded
 
 
 def _json(value: Any) -> str | None:
@@ -146,6 +144,8 @@ def _entries(handle_json: str, meta: dict, allow_pickle: bool,
     row = evolution.value_codec(meta) if ttl else None  # measures typed list elements
     has_uk = meta["kind"] in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
     handle = handle_from_dict(json.loads(handle_json))
+    if all(m["name"] != name for m in handle.states):
+        return  # a partition whose job never registered the state holds none of it
     scratch = os.path.join(tempfile.gettempdir(), "stateengine-reader", uuid.uuid4().hex)
     backend = KeyedStateBackend.open_for_reading(scratch, [handle], handle.key_group_range,
                                                  allow_pickle)
@@ -306,10 +306,62 @@ def _columns_of(meta: dict, overrides: dict[str, Any]) -> list[_Column]:
     return cols
 
 
-def read_state(spark: SparkSession, checkpoint: str, state_name: str,
+CATALOG_SCHEMA = (
+    "operator string, version bigint, state string, kind string, key_columns array<string>, "
+    "key_types array<string>, namespace_type string, user_key_type string, value_type string, "
+    "ttl boolean, ttl_ms bigint, function string, internal boolean, "
+    "schema_history array<string>, attributes string, "
+    "first_version bigint, versions array<bigint>, partitions int, migrated_from string, "
+    "damage string")
+
+
+def catalog_frame(spark: SparkSession, checkpoint: str, version: int | None = None) -> DataFrame:
+    """``stateengine.catalog.checkpoint_catalog`` as a DataFrame (``CATALOG_SCHEMA``): one row
+    per state of every operator (an operator without states or that could not be read: one
+    row with a null state), attributes and origin as JSON text."""
+    from ..catalog import checkpoint_catalog
+
+    rows = []
+    for op in checkpoint_catalog(checkpoint, version=version):
+        common = dict(operator=op.name, version=op.version, key_columns=op.key_names,
+                      key_types=op.key_types, first_version=op.first_version,
+                      versions=op.versions, partitions=op.num_partitions,
+                      migrated_from=json.dumps(op.migrated_from) if op.migrated_from else None,
+                      damage=op.damage)
+        for st in op.states or [None]:
+            row = dict.fromkeys(("state", "kind", "namespace_type", "user_key_type",
+                                 "value_type", "ttl", "ttl_ms", "function", "internal",
+                                 "schema_history", "attributes"))
+            if st is not None:
+                row.update(state=st.name, kind=st.kind, namespace_type=st.namespace_type,
+                           user_key_type=st.user_key_type, value_type=st.value_type,
+                           ttl=st.ttl, ttl_ms=st.ttl_ms, function=st.function,
+                           internal=st.internal,
+                           schema_history=[h["schema"] for h in st.schema_history],
+                           attributes=json.dumps(st.attributes, sort_keys=True))
+            row.update(common)
+            rows.append(row)
+    names = [f.split(" ")[0] for f in CATALOG_SCHEMA.split(", ")]
+    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], CATALOG_SCHEMA)
+
+
+def _key_names_of(storage: CheckpointStorage, operator_id: str, version: int,
+                  n: int) -> list[str]:
+    """The key column names the version's manifests recorded, else key / key_N."""
+    from ..catalog import recorded_key_names
+
+    catalog = VersionCatalog(storage, operator_id)
+    for _, _, doc in catalog.manifests(version):
+        names = recorded_key_names(doc, n, f"{catalog.describe()} version {version}")
+        if names:
+            return names
+    return default_key_names(n)
+
+
+def read_state(spark: SparkSession, checkpoint: str, state_name: str | None = None,
                operator_id: str = "default", version: int | None = None,
                max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-               key_names: Sequence[str] | None = None, value_type: Any = None,
+               key_names: Sequence[str] | str | None = None, value_type: Any = None,
                user_key_type: Any = None, namespace_type: Any = None,
                flatten: bool = False, allow_pickle: bool = False) -> DataFrame:
     """The entries of ``state_name`` at ``version`` (default: the latest) as a DataFrame
@@ -324,13 +376,24 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
     serializer: a Spark type (DDL string such as ``"bigint"`` or ``"a long, b string"``, or a
     pyspark DataType) to read the values as (dicts with text keys fill structs by field name,
     tuples by position), or ``"json"`` for JSON text; without them the type is inferred.
-    ``allow_pickle`` unpickles pickled values (only for checkpoints you trust)."""
+    ``allow_pickle`` unpickles pickled values (only for checkpoints you trust).
+
+    Key columns are named ``key`` (``key_0``, ``key_1``... for several), or ``key_names``;
+    ``key_names="recorded"`` names them as the job that committed the version recorded them
+    (the grouping columns of stateengine.spark's operators; ``key``... for versions written
+    before names were recorded). Without ``state_name`` the result lists what the checkpoint
+    holds instead, from its own metadata (``catalog_frame``: every operator and state)."""
+    if state_name is None:
+        return catalog_frame(spark, checkpoint, version)
     storage = CheckpointStorage(checkpoint)
     v, handles = _version_handles(storage, operator_id, version, max_parallelism)
     if not handles:
         raise UnknownStateError(f"operator '{operator_id}' in {storage.location} has no committed "
                                 f"version yet")
-    metas = {m["name"]: m for m in handles[0]["states"]}
+    metas: dict[str, dict] = {}
+    for h in handles:  # a partition may hold a state another never registered
+        for m in h["states"]:
+            metas.setdefault(m["name"], m)
     meta = metas.get(state_name)
     if meta is not None:
         meta = _agreed_meta(handles, meta, v)
@@ -338,9 +401,15 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str,
         known = ", ".join(sorted(n for n in metas if not n.startswith("__"))) or "none"
         raise UnknownStateError(f"version {v} of operator '{operator_id}' has no state "
                                 f"'{state_name}' (states: {known})")
-    key_codecs = handles[0]["key_codecs"] or [Codec.BIGINT]
-    names = list(key_names) if key_names else (
-        ["key"] if len(key_codecs) == 1 else [f"key_{i}" for i in range(len(key_codecs))])
+    key_codecs = next((h["key_codecs"] for h in handles if h["key_codecs"]), None) or \
+        [Codec.BIGINT]
+    if isinstance(key_names, str) and key_names == RECORDED:
+        names = _key_names_of(storage, operator_id, v, len(key_codecs))
+    elif isinstance(key_names, str):
+        raise ValueError(f"key_names is a list of column names or \"{RECORDED}\", got "
+                         f"{key_names!r}")
+    else:
+        names = list(key_names) if key_names else default_key_names(len(key_codecs))
     kind = meta["kind"]
     columns = _columns_of(meta, {"namespace": namespace_type, "user_key": user_key_type,
                                  "value": value_type})
