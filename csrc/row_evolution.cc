@@ -51,57 +51,106 @@ void WriteInteger(uint8_t t, int64_t v, std::string* out) {
   }
 }
 
+// evolution.escape_of: the bytes no encoding of version 0's root begins with (false: none).
+bool EscapeOf(const RowSchema& schema, std::string* out) {
+  const RowNode& root = schema.node(0);
+  switch (root.type) {
+    case kRowStruct: {
+      const uint32_t n = root.num_children;
+      out->assign(BitmapBytes(n), '\xff');
+      bool all_nullable = n % 8 == 0;
+      for (uint32_t i = 0; all_nullable && i < n; ++i) {
+        all_nullable = schema.node(schema.child(root, i)).nullable;
+      }
+      if (all_nullable) out->push_back('\xfe');  // the all-null value is 0xFF x n/8 alone
+      return true;
+    }
+    case kRowArray:
+    case kRowMap:
+      out->assign("\x80\x00", 2);  // a varint with a redundant zero byte, never written
+      return true;
+    case kRowDecimal:
+      out->assign(1, '\xff');  // a length byte above 16
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
-bool RowUpgrade::Compile(const RowSchema* old_schema, const char* plan, size_t n) {
+bool RowUpgrade::Compile(const RowSchema* old_schema, const RowSchema* new_schema,
+                         const char* plan, size_t n) {
   old_ = old_schema;
+  new_ = new_schema;
   ops_.clear();
   fields_.clear();
   defaults_.clear();
   size_t pos = 0;
   uint32_t root = 0;
-  return old_schema->size() > 0 && CompileOp(plan, n, &pos, 0, 1, &root) && pos == n;
+  return old_schema->size() > 0 && new_schema->size() > 0 &&
+         CompileOp(plan, n, &pos, 0, 0, 1, &root) && pos == n;
 }
 
-bool RowUpgrade::CompileOp(const char* p, size_t n, size_t* pos, uint32_t old_node, int depth,
-                           uint32_t* index) {
+bool RowUpgrade::SameLayout(uint32_t old_node, uint32_t new_node, int depth) const {
+  const RowNode& o = old_->node(old_node);
+  const RowNode& w = new_->node(new_node);
+  if (depth > kMaxRowDepth || o.type != w.type || o.num_children != w.num_children) return false;
+  if (o.type == kRowDecimal) return w.scale == o.scale && w.precision >= o.precision;
+  for (uint32_t i = 0; i < o.num_children; ++i) {
+    const uint32_t oc = old_->child(o, i), wc = new_->child(w, i);
+    // a null the old value may hold must stay allowed (map keys are never null)
+    if (old_->node(oc).nullable && !new_->node(wc).nullable) return false;
+    if (!SameLayout(oc, wc, depth + 1)) return false;
+  }
+  return true;
+}
+
+bool RowUpgrade::CompileOp(const char* p, size_t n, size_t* pos, uint32_t old_node,
+                           uint32_t new_node, int depth, uint32_t* index) {
   if (depth > kMaxRowDepth || *pos >= n) return false;
   const RowNode& old = old_->node(old_node);
+  const RowNode& neu = new_->node(new_node);
   Op op;
   op.code = static_cast<uint8_t>(p[(*pos)++]);
   *index = static_cast<uint32_t>(ops_.size());
   ops_.push_back(op);
   switch (op.code) {
     case kOpCopy:
-      return true;
+      return SameLayout(old_node, new_node, depth);
     case kOpWiden: {
       if (*pos >= n) return false;
       const auto to = static_cast<uint8_t>(p[(*pos)++]);
-      if (!Widens(old.type, to)) return false;
+      if (!Widens(old.type, to) || neu.type != to) return false;
       ops_[*index].to = to;
       return true;
     }
     case kOpArray:
     case kOpMap: {
-      if (old.type != (op.code == kOpArray ? kRowArray : kRowMap)) return false;
-      uint32_t child = 0;
-      if (!CompileOp(p, n, pos, old_->child(old, op.code == kOpArray ? 0 : 1), depth + 1,
-                     &child)) {
-        return false;
+      const uint8_t type = op.code == kOpArray ? kRowArray : kRowMap;
+      if (old.type != type || neu.type != type) return false;
+      const uint32_t k = op.code == kOpArray ? 0 : 1;
+      const uint32_t oe = old_->child(old, k), ne = new_->child(neu, k);
+      if (old_->node(oe).nullable && !new_->node(ne).nullable) return false;
+      if (op.code == kOpMap && !SameLayout(old_->child(old, 0), new_->child(neu, 0), depth + 1)) {
+        return false;  // keys are copied
       }
+      uint32_t child = 0;
+      if (!CompileOp(p, n, pos, oe, ne, depth + 1, &child)) return false;
       ops_[*index].first = child;
       return true;
     }
     case kOpStruct: {
-      if (old.type != kRowStruct || n - *pos < 4) return false;
+      if (old.type != kRowStruct || neu.type != kRowStruct || n - *pos < 4) return false;
       const uint32_t num = GetBE32(p + *pos);
       *pos += 4;
-      // Each field takes a byte of the plan at least: a count beyond it is malformed.
-      if (num == 0 || num > n - *pos) return false;
+      if (num != neu.num_children) return false;
       const auto first = static_cast<uint32_t>(fields_.size());
       fields_.resize(fields_.size() + num);
       for (uint32_t i = 0; i < num; ++i) {
         if (*pos >= n) return false;
+        const uint32_t field_node = new_->child(neu, i);
+        const bool nullable = new_->node(field_node).nullable;
         Field f;
         f.source = static_cast<uint8_t>(p[(*pos)++]);
         if (f.source == kSourceOld) {
@@ -109,18 +158,22 @@ bool RowUpgrade::CompileOp(const char* p, size_t n, size_t* pos, uint32_t old_no
           f.old_index = GetBE32(p + *pos);
           *pos += 4;
           if (f.old_index >= old.num_children) return false;
-          if (!CompileOp(p, n, pos, old_->child(old, f.old_index), depth + 1, &f.op)) {
-            return false;
-          }
+          const uint32_t old_field = old_->child(old, f.old_index);
+          if (old_->node(old_field).nullable && !nullable) return false;
+          if (!CompileOp(p, n, pos, old_field, field_node, depth + 1, &f.op)) return false;
         } else if (f.source == kSourceDefault) {
           if (n - *pos < 4) return false;
           f.length = GetBE32(p + *pos);
           *pos += 4;
-          if (f.length == 0 || f.length > n - *pos) return false;
+          size_t len = 0;
+          if (f.length == 0 || f.length > n - *pos ||
+              !new_->Length(field_node, p + *pos, f.length, &len) || len != f.length) {
+            return false;  // a default must be one valid value of its field
+          }
           f.offset = static_cast<uint32_t>(defaults_.size());
           defaults_.append(p + *pos, f.length);
           *pos += f.length;
-        } else if (f.source != kSourceNull) {
+        } else if (f.source != kSourceNull || !nullable) {
           return false;
         }
         fields_[first + i] = f;
@@ -250,6 +303,9 @@ bool RowVersions::Build(const char* spec, size_t n) {
   }
   escape_.assign(spec + pos, escape);
   pos += escape;
+  // (offset, length) in spec of each version's program and plan: plans are compiled once
+  // the current schema is known
+  std::vector<std::pair<size_t, size_t>> programs, plans;
   for (uint32_t v = 0; v < count; ++v) {
     if (n - pos < 4) return false;
     const uint32_t len = GetBE32(spec + pos);
@@ -257,23 +313,45 @@ bool RowVersions::Build(const char* spec, size_t n) {
     if (len > n - pos) return false;
     auto schema = std::make_unique<RowSchema>();
     if (!schema->Compile(spec + pos, len)) return false;
+    programs.emplace_back(pos, len);
     pos += len;
     if (n - pos < 5) return false;
     const bool direct = spec[pos] != 0;
     const uint32_t plan = GetBE32(spec + pos + 1);
     pos += 5;
     if (plan > n - pos || direct != (plan == 0)) return false;
-    std::unique_ptr<RowUpgrade> upgrade;
-    if (!direct) {
-      upgrade = std::make_unique<RowUpgrade>();
-      if (!upgrade->Compile(schema.get(), spec + pos, plan)) return false;
-    }
+    plans.emplace_back(pos, plan);
     pos += plan;
     schemas_.push_back(std::move(schema));
-    upgrades_.push_back(std::move(upgrade));
     direct_.push_back(direct ? 1 : 0);
   }
   if (pos != n || !direct_.back()) return false;
+  // The escape is version 0's (else an unmarked old value could read as a marker), and the
+  // version written now is laid out exactly as the current schema: what is written reads
+  // back as itself, and with no marker (write id 0) it is a version-0 value.
+  std::string expected;
+  if (!EscapeOf(*schemas_[0], &expected) || expected != escape_) return false;
+  const auto& [now_at, now_len] = programs.back();
+  const auto& [w_at, w_len] = programs[write_id];
+  if (!direct_[write_id] || w_len != now_len ||
+      std::memcmp(spec + w_at, spec + now_at, now_len) != 0) {
+    return false;
+  }
+  const RowSchema& now = *schemas_.back();
+  for (uint32_t v = 0; v < count; ++v) {
+    std::unique_ptr<RowUpgrade> upgrade;
+    if (direct_[v]) {
+      // read as the current schema's bytes: only right if they are laid out alike
+      RowUpgrade same;
+      if (!same.Compile(schemas_[v].get(), &now, "\x01", 1)) return false;
+    } else {
+      upgrade = std::make_unique<RowUpgrade>();
+      if (!upgrade->Compile(schemas_[v].get(), &now, spec + plans[v].first, plans[v].second)) {
+        return false;
+      }
+    }
+    upgrades_.push_back(std::move(upgrade));
+  }
   write_prefix_.clear();
   if (write_id != 0) {
     write_prefix_ = escape_;

@@ -22,9 +22,11 @@ namespace stateengine {
 // One old version's values -> the current schema's encoding (evolution.plan_program).
 class RowUpgrade {
  public:
-  // Compiles plan against the old version's schema; false if malformed or if it does not fit
-  // that schema (indexes, widened types).
-  bool Compile(const RowSchema* old_schema, const char* plan, size_t n);
+  // Compiles plan from the old version's schema to the current one; false if malformed or if
+  // it does not fit both (indexes, widened types, nullability, defaults that are not valid
+  // encodings of their field), so that Apply only writes what the current schema accepts.
+  bool Compile(const RowSchema* old_schema, const RowSchema* new_schema, const char* plan,
+               size_t n);
 
   // Appends the current encoding of the old value at p (n bytes, already validated by the
   // old schema's Length); false if the bytes do not fit (never for validated bytes).
@@ -45,12 +47,15 @@ class RowUpgrade {
     uint32_t length = 0;
   };
 
-  bool CompileOp(const char* p, size_t n, size_t* pos, uint32_t old_node, int depth,
-                 uint32_t* index);
+  bool CompileOp(const char* p, size_t n, size_t* pos, uint32_t old_node, uint32_t new_node,
+                 int depth, uint32_t* index);
+  // Whether the old node's bytes are valid as the new node's unchanged (kOpCopy).
+  bool SameLayout(uint32_t old_node, uint32_t new_node, int depth) const;
   bool ApplyOp(uint32_t op, uint32_t old_node, const char* p, size_t n, std::string* out,
                size_t* used) const;
 
   const RowSchema* old_ = nullptr;
+  const RowSchema* new_ = nullptr;
   std::vector<Op> ops_;
   std::vector<Field> fields_;
   std::string defaults_;
@@ -59,12 +64,18 @@ class RowUpgrade {
 // Every version of an evolved state's value schema (evolution.History.spec).
 class RowVersions {
  public:
+  // False if the spec is malformed or inconsistent: an escape other than version 0's, a
+  // written version not laid out as the current schema, a direct version whose bytes the
+  // current schema would not accept, a plan that does not fit both of its schemas.
   bool Build(const char* spec, size_t n);
 
   // The marker written before every value now (empty when the current values are laid out
   // like version 0's).
   const std::string& write_prefix() const { return write_prefix_; }
   size_t size() const { return schemas_.size(); }
+  // The current (last) version's schema, which upgraded values are encoded in.
+  const RowSchema& current() const { return *schemas_.back(); }
+  const RowSchema& schema(uint32_t version) const { return *schemas_[version]; }
 
   // The version of the value at p and its marker's length; false if a marker names no version.
   bool Classify(const char* p, size_t n, uint32_t* version, size_t* marker) const;

@@ -5,10 +5,12 @@ written before evolution existed (tests/data/typed-before-evolution.tar.gz)."""
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import logging
 import os
+import struct
 import sys
 import tarfile
 import uuid
@@ -18,10 +20,11 @@ import pytest
 from stateengine import (AggregatingStateDescriptor, CorruptionError, IncompatibleStateError,
                          KeyedStateBackend, KeyGroupRange, ListStateDescriptor,
                          MapStateDescriptor, ReducingStateDescriptor, StateRegistrationError,
-                         StateStoreProvider, StateTtlConfig, ValueStateDescriptor, evolution)
+                         StateStoreProvider, StateTtlConfig, ValueStateDescriptor, _native,
+                         evolution)
 from stateengine.errors import SchemaEvolutionError
 from stateengine.evolution import HISTORY, escape_of
-from stateengine.sparktypes import parse_ddl
+from stateengine.sparktypes import NODE_IDS, parse_ddl, program
 
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, os.path.join(HERE, "data"))
@@ -406,6 +409,95 @@ def test_a_malformed_history_behind_valid_checksums_is_corruption():
     meta[HISTORY] = [{"schema": "struct<a:int>"}]
     with pytest.raises(CorruptionError, match="two or more versions"):
         evolution.value_codec(meta)
+
+
+def _spec(versions, write_id=1, escape=b"\xff"):
+    """A RowVersions spec (evolution.History.spec's layout) of (ddl, plan) versions: plan
+    None is a direct version."""
+    out = struct.pack(">IIH", len(versions), write_id, len(escape)) + escape
+    for ddl, plan in versions:
+        prog = program(parse_ddl(ddl))
+        out += struct.pack(">I", len(prog)) + prog
+        out += struct.pack(">BI", plan is None, len(plan or b"")) + (plan or b"")
+    return out
+
+
+_OLD = lambda i: struct.pack(">BI", evolution.SRC_OLD, i)  # noqa: E731
+_COPY = bytes([evolution.OP_COPY])
+_TO_BIGINT = bytes([evolution.OP_WIDEN, NODE_IDS["bigint"]])
+_DEFAULT_HALF = struct.pack(">BI", evolution.SRC_DEFAULT, 8) + struct.pack(">d", 0.5)
+_NOW = "b string, a bigint, c double NOT NULL"
+
+
+def _fields(*sources):
+    return bytes([evolution.OP_STRUCT]) + struct.pack(">I", len(sources)) + b"".join(sources)
+
+
+@pytest.mark.parametrize("versions, write_id, escape", [
+    # a plan that widens to a type other than the current field's (the fuzzer's
+    # regress-plan-output-type: its upgraded values were bytes the current schema refuses)
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + bytes([2, NODE_IDS["double"]]),
+                                  _DEFAULT_HALF)), (_NOW, None)], 1, b"\xff"),
+    # a default that is not one value of its field (4 bytes for a double)
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT,
+                                  struct.pack(">BI", 2, 4) + bytes(4))), (_NOW, None)], 1, b"\xff"),
+    # null for a NOT NULL field
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT,
+                                  bytes([evolution.SRC_NULL]))), (_NOW, None)], 1, b"\xff"),
+    # a nullable old field into a NOT NULL one
+    ([("a int, b string, c double", _fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT,
+                                            _OLD(2) + _COPY)), (_NOW, None)], 1, b"\xff"),
+    # a copy of a field laid out otherwise (int bytes read as bigint)
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + _COPY, _DEFAULT_HALF)),
+      (_NOW, None)], 1, b"\xff"),
+    # fewer fields than the current struct
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT)), (_NOW, None)], 1,
+     b"\xff"),
+    # a direct version whose bytes the current schema does not read
+    ([("a int, b string", None), (_NOW, None)], 1, b"\xff"),
+    # an escape other than version 0's (0xFF for a struct of two fields)
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT, _DEFAULT_HALF)),
+      (_NOW, None)], 1, b"\xff\xfe"),
+    # values written now marked as a version laid out otherwise
+    ([("a int, b string", _fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT, _DEFAULT_HALF)),
+      (_NOW, None)], 0, b"\xff"),
+])
+def test_the_native_reader_refuses_a_history_spec_its_schemas_do_not_fit(versions, write_id,
+                                                                         escape):
+    """RowVersions::Build checks every plan against both its schemas, the escape and the
+    written version, so an upgraded value is always one the current schema accepts."""
+    good = [versions[0][:1] + (_fields(_OLD(1) + _COPY, _OLD(0) + _TO_BIGINT, _DEFAULT_HALF),),
+            (_NOW, None)]
+    codec = _native.EvolvedRowCodec(parse_ddl(_NOW), _spec(good), None)
+    if versions[0][0] == "a int, b string":
+        old = _native.row_codec(parse_ddl("a int, b string")).encode_bytes((3, "x"))
+        assert codec.decode_bytes(old) == ("x", 3, 0.5)
+    with pytest.raises(CorruptionError, match="does not compile"):
+        _native.EvolvedRowCodec(parse_ddl(_NOW), _spec(versions, write_id, escape), None)
+
+
+def test_history_specs_compile_in_the_native_reader():
+    """What History.spec writes, RowVersions::Build accepts (roots of every kind that can
+    evolve, defaults carried through later widenings), and the C++ upgrade of a version-0
+    value is what the Python plan makes of it."""
+    eight = "b int, c int, d int, e int, f int, g int, h int"
+    chains = [(["a int, b string", "b string, a bigint, c double"], (3, "x")),
+              ([f"a tinyint, {eight}", f"a smallint, {eight}, i int NOT NULL",
+                f"a bigint, {eight[7:]}, i bigint NOT NULL"], (1, 2, None, 4, 5, 6, 7, 8)),
+              (["array<int>", "array<bigint>", "array<double>"], [1, None, -3]),
+              (["map<string,struct<n: smallint>>", "map<string,struct<n: int, m string>>"],
+               {"k": (2,), "j": None}),
+              (["decimal(5,2)", "decimal(12,2)"], decimal.Decimal("-123.45"))]
+    for chain, value in chains:
+        history = evolution.History([evolution.Version(parse_ddl(chain[0]))])
+        for ddl in chain[1:]:
+            t = parse_ddl(ddl)
+            history = evolution.History(history.versions + [evolution.Version(
+                t, evolution.declarations(t, {}, {"i": 3} if "i int NOT" in ddl else {}, "t"))])
+        codec = _native.EvolvedRowCodec(history.current, history.spec(), None)
+        old = _native.row_codec(history.versions[0].schema).encode_bytes(value)
+        assert codec.decode_bytes(old) == evolution._convert(history.plan_from(0), value,
+                                                             history.current), chain
 
 
 def test_a_marker_naming_no_version_is_corruption(make_backend, tmp_path):
