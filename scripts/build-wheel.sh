@@ -19,9 +19,10 @@ die() { log "error: $*"; exit 1; }
 
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then
-    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+    if [ -x .venv/bin/python ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
-PYTHON="$(command -v "$PYTHON")"
+PYTHON="$(command -v "$PYTHON")" || die "no Python at $PYTHON"
+case "$PYTHON" in /*) ;; *) PYTHON="$ROOT/$PYTHON" ;; esac
 CACHE="${STATEENGINE_CACHE:-$HOME/.cache/stateengine}"
 start=$(date +%s)
 
@@ -44,7 +45,7 @@ mkdir "$tmp/src"
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
     # tracked and new files, as they are in the work tree (uncommitted edits included)
     git -C "$ROOT" ls-files -z -co --exclude-standard |
-        (cd "$ROOT" && tar --null -T - -cf - 2>/dev/null) | tar -x -C "$tmp/src"
+        (cd "$ROOT" && tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -x -C "$tmp/src"
 else
     tar -C "$ROOT" --exclude=./.venv\* --exclude=./build --exclude=./wheelhouse \
         --exclude='*.so' -cf - . | tar -x -C "$tmp/src"
@@ -73,10 +74,10 @@ esac
 ! ls "$tmp"/check/stateengine.libs/ 2>/dev/null | grep -E 'rocksdb|snappy|lz4|zstd' ||
     die "auditwheel copied a RocksDB or compression library into the wheel"
 symbols="$(nm "$so")"
-grep -q 'SyncPoint' <<<"$symbols" && die "the extension carries RocksDB sync points (no NDEBUG)"
+grep -q '_ZN7rocksdb9SyncPoint' <<<"$symbols" && die "the extension carries RocksDB sync points (no NDEBUG)"
 grep -q ' U __assert_fail' <<<"$symbols" && die "the extension calls __assert_fail (no NDEBUG)"
-show="$(PATH="$tools/bin:$PATH" "$tools/bin/python" -m auditwheel show "$wheel")"
-policy="$(sed -n 's/.*is consistent with the following platform tag:.*"\(manylinux_[0-9_]*x86_64\|manylinux_[0-9_]*aarch64\)".*/\1/p' <<<"$show" | head -1)"
+show="$(PATH="$tools/bin:$PATH" "$tools/bin/python" -m auditwheel show "$wheel" | tr '\n' ' ')"
+policy="$(sed -n 's/.*is consistent *with the following platform tag: *"\(manylinux_[0-9a-z_]*\)".*/\1/p' <<<"$show")"
 [ -n "$policy" ] || { printf '%s\n' "$show" >&2; die "auditwheel show reports no manylinux tag"; }
 case "$(basename "$wheel")" in
     *"$policy"*) ;;

@@ -2,10 +2,11 @@
 # Tests the release wheel as a Spark worker gets it: installed into a clean virtualenv, on a
 # machine without librocksdb-dev or a compiler, with no way back to this checkout.
 #
-#   scripts/test-wheel.sh [--wheel FILE] [pytest arguments]
+#   scripts/test-wheel.sh [--wheel FILE] [--extras test,spark] [pytest arguments]
 #
 # Without --wheel it builds one first (scripts/build-wheel.sh wheelhouse/). Then:
-#  1. a new virtualenv outside the checkout gets the wheel with its test and spark extras;
+#  1. a new virtualenv outside the checkout gets the wheel with its extras (default: test and
+#     spark; `--extras test` leaves pyspark out, for the core tests only);
 #  2. a copy of tests/ (with examples/, docs/, README.md and pyproject.toml, which the tests
 #     read) goes beside it, without the stateengine package;
 #  3. in a private mount namespace (unshare --mount, root only) Debian's librocksdb files, its
@@ -18,7 +19,8 @@
 # By default it runs the whole suite (the core tests, the Spark and Spark Connect tests and
 # the cluster tests, which get this wheel through STATEENGINE_WHEELHOUSE) except
 # tests/test_build.py and tests/test_bench_smoke.py, which compile from the source tree.
-# Extra arguments go to pytest (e.g. `-m "not spark"`, or test paths under tests/).
+# Extra arguments go to pytest (e.g. `-m "not spark"`); with test paths among them (tests/x.py,
+# tests/x.py::name) only those run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -26,11 +28,14 @@ log() { printf '[test-wheel] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root for its private mount namespace (unshare --mount)"
-wheel=""
-if [ "${1:-}" = "--wheel" ]; then
-    [ $# -ge 2 ] || die "--wheel needs a file"
-    wheel="$(realpath "$2")"; shift 2
-fi
+wheel="" extras="test,spark"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --wheel) [ $# -ge 2 ] || die "--wheel needs a file"; wheel="$(realpath "$2")"; shift 2 ;;
+        --extras) [ $# -ge 2 ] || die "--extras needs a list"; extras="$2"; shift 2 ;;
+        *) break ;;
+    esac
+done
 if [ -z "$wheel" ]; then
     wheel="$(scripts/build-wheel.sh wheelhouse | tail -1)"
 fi
@@ -45,9 +50,9 @@ case "$(basename "$wheel")" in *"-$tag-"*) ;; *) die "$wheel is not for $base ($
 work="$(mktemp -d /tmp/stateengine-wheel-test.XXXXXX)"
 log "work directory $work"
 "$base" -m venv "$work/venv"
-log "pip install $(basename "$wheel")[test,spark] into $work/venv"
+log "pip install $(basename "$wheel")[$extras] into $work/venv"
 (cd "$work" && env -u PYTHONPATH -u PYTHONHOME "$work/venv/bin/python" -m pip install -q \
-    --disable-pip-version-check "$wheel[test,spark]")
+    --disable-pip-version-check "$wheel[$extras]")
 mkdir "$work/project" "$work/wheelhouse"
 cp "$wheel" "$work/wheelhouse/"
 for p in tests examples docs README.md pyproject.toml; do
@@ -87,8 +92,8 @@ inside() {
     unset PKG_CONFIG_PATH
     # the proofs
     local c
-    for c in cc c++ gcc g++ clang clang++ pkg-config; do
-        ! command -v "$c" >/dev/null 2>&1 || { echo "test-wheel: $c is still here" >&2; return 1; }
+    for c in cc c++ gcc g++ clang clang++ pkg-config; do  # (a hidden file is /dev/null: exec fails)
+        ! "$c" --version >/dev/null 2>&1 || { echo "test-wheel: $c still runs" >&2; return 1; }
     done
     echo 'int main(void) { return 0; }' > "$work/probe.c"
     for c in /usr/bin/cc /usr/bin/c++ /usr/bin/gcc /usr/bin/clang* /usr/local/bin/nvcc; do
@@ -105,9 +110,13 @@ for n in ("librocksdb.so", "librocksdb.so.7.8"):
     [ -z "$(ls -A "$root")" ] || { echo "test-wheel: the checkout is visible" >&2; return 1; }
     echo "[test-wheel] hidden: librocksdb, /usr/include/rocksdb, compilers, pkg-config, $root" >&2
     cd "$work/project"
+    local arg paths=(tests)
+    for arg in "$@"; do
+        if [ -e "${arg%%::*}" ]; then paths=(); break; fi
+    done
     PYSPARK_PYTHON="$work/venv/bin/python" PYSPARK_DRIVER_PYTHON="$work/venv/bin/python" \
         SPARK_LOCAL_IP=127.0.0.1 STATEENGINE_WHEELHOUSE="$work/wheelhouse" \
-        python -m pytest -p wheel_check tests --ignore=tests/test_build.py \
+        python -m pytest -p wheel_check "${paths[@]}" --ignore=tests/test_build.py \
         --ignore=tests/test_bench_smoke.py "$@"
 }
 
