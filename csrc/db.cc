@@ -128,7 +128,7 @@ bool StateDB::bottommost_filters() { return g_bottommost_filters.load(); }
 std::shared_ptr<TtlState> StateDB::NewTtlState(const ColumnFamilySpec& spec) const {
   if (spec.ttl == TtlLayout::kNone) return nullptr;
   return std::make_shared<TtlState>(spec.ttl, spec.numeric_codec, spec.merge == MergeKind::kNumeric,
-                                    spec.numeric_op, clock_);
+                                    spec.numeric_op, clock_, spec.name);
 }
 
 rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamilySpec& spec,

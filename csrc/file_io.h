@@ -72,6 +72,7 @@ class FileReader {
   // Bytes between the read position and the end of the file: no length read from the file
   // may make a reader allocate more than this.
   uint64_t remaining() const { return size_ - position_; }
+  uint64_t position() const { return position_; }
   const std::string& path() const { return path_; }
 
  private:

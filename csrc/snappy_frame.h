@@ -64,6 +64,9 @@ class ChunkedReader {
   rocksdb::Status Append(std::string* out, size_t n);
   // An upper bound of the bytes the rest of the file can still yield.
   virtual uint64_t MaxRemaining() const = 0;
+  // Whether everything read so far ends exactly at byte `end` of the file: no unread bytes
+  // left in the current chunk and the next chunk (or the end of the file) begins there.
+  virtual bool EndsAt(uint64_t end) const = 0;
   // The unread bytes of the current chunk; writable, so parsers may fix flags in place.
   char* view() { return &data_[0] + pos_; }
   size_t available() const { return data_.size() - pos_; }
@@ -81,6 +84,9 @@ class FramedReader : public ChunkedReader {
   explicit FramedReader(FileReader* in) : in_(in) {}
   rocksdb::Status Begin(uint64_t offset) override;
   uint64_t MaxRemaining() const override;
+  bool EndsAt(uint64_t end) const override {
+    return available() == 0 && in_->position() == end;
+  }
 
  protected:
   rocksdb::Status NextChunk() override;
@@ -96,6 +102,7 @@ class RawReader : public ChunkedReader {
   explicit RawReader(FileReader* in) : in_(in) {}
   rocksdb::Status Begin(uint64_t offset) override;
   uint64_t MaxRemaining() const override { return available() + in_->remaining(); }
+  bool EndsAt(uint64_t end) const override { return in_->position() - available() == end; }
 
  protected:
   rocksdb::Status NextChunk() override;

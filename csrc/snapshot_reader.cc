@@ -172,8 +172,9 @@ void RunShareUnguarded(StateDB* db, int prefix_bytes, const std::vector<Snapshot
     }
     share->status = readers[s.file]->RestoreKeyGroup(s.key_group, s.offset,
                                                      files[s.file].compressed, prefix_bytes,
-                                                     files[s.file].cf_for_state, &sink,
-                                                     &share->stats);
+                                                     files[s.file].cf_for_state,
+                                                     s.decode_only ? nullptr : &sink,
+                                                     &share->stats, s.end);
     if (!share->status.ok()) return;
   }
   if ((share->status = sink.Finish()).ok()) share->files = raw_sst->TakeFiles();
@@ -218,7 +219,8 @@ std::vector<uint64_t> SectionBytes(const std::vector<SnapshotFile>& files,
 rocksdb::Status FullSnapshotReader::RestoreKeyGroup(int32_t kg, uint64_t offset, bool compressed,
                                                     int prefix_bytes,
                                                     const std::vector<int>& cf_for_state,
-                                                    RestoreSink* sink, RestoreStats* stats) {
+                                                    RestoreSink* sink, RestoreStats* stats,
+                                                    uint64_t section_end) {
   auto corrupt = [&](const std::string& why) {
     return rocksdb::Status::Corruption(in_.path(), "key group " + std::to_string(kg) + ": " + why);
   };
@@ -247,7 +249,7 @@ rocksdb::Status FullSnapshotReader::RestoreKeyGroup(int32_t kg, uint64_t offset,
                        std::to_string(ReadKeyGroupPrefix(key.data(), prefix_bytes)) +
                        " inside the section");
       }
-      if (cf >= 0) {
+      if (cf >= 0 && sink != nullptr) {
         if (!(st = sink->Put(cf, key, value)).ok()) return st;
       }
       ++entries;
@@ -256,6 +258,14 @@ rocksdb::Status FullSnapshotReader::RestoreKeyGroup(int32_t kg, uint64_t offset,
     }
     if (!(st = ReadU16(src, &state_id)).ok()) return st;
   }
+  if (section_end != 0 && !src->EndsAt(section_end)) {
+    // A section that ends before the next recorded one leaves bytes no offset accounts for
+    // (a key group whose offset was lost); one that ends past it overlaps it.
+    return corrupt("the section does not end where the next section recorded in its handle "
+                   "begins (byte " + std::to_string(section_end) +
+                   "): the handle's key-group offsets do not tile the file");
+  }
+  if (sink == nullptr) return rocksdb::Status::OK();
   if (!(st = sink->EndKeyGroup()).ok()) return st;
   stats->entries += entries;
   stats->raw_bytes += bytes;
@@ -405,7 +415,8 @@ rocksdb::Status RestoreSectionsUnguarded(StateDB* db, int prefix_bytes,
     for (const auto& s : sections) {
       const SnapshotFile& f = files[s.file];
       rocksdb::Status st = readers[s.file]->RestoreKeyGroup(
-          s.key_group, s.offset, f.compressed, prefix_bytes, f.cf_for_state, &sink, stats);
+          s.key_group, s.offset, f.compressed, prefix_bytes, f.cf_for_state,
+          s.decode_only ? nullptr : &sink, stats, s.end);
       if (!st.ok()) return st;
     }
     return sink.Finish();

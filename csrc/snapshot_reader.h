@@ -98,10 +98,12 @@ class FullSnapshotReader {
  public:
   rocksdb::Status Open(const std::string& path);
   // Decodes key group kg from the section at offset into sink. cf_for_state[state id] is the
-  // target column family index, or -1 to skip that state.
+  // target column family index, or -1 to skip that state; a null sink only decodes (nothing
+  // is written or counted). With section_end > 0 the section must end exactly there (where
+  // the next section begins, or the file ends): the handle's offsets must tile the file.
   rocksdb::Status RestoreKeyGroup(int32_t kg, uint64_t offset, bool compressed, int prefix_bytes,
                                   const std::vector<int>& cf_for_state, RestoreSink* sink,
-                                  RestoreStats* stats);
+                                  RestoreStats* stats, uint64_t section_end = 0);
   uint64_t size() const { return in_.size(); }
 
  private:
@@ -119,6 +121,8 @@ struct SectionRef {
   int file;
   int32_t key_group;
   uint64_t offset;
+  uint64_t end = 0;          // where the section must end (0: not checked)
+  bool decode_only = false;  // checked (decoded to its end) but not restored
 };
 
 // Restores the listed sections (ascending key groups) from several snapshot files: through SST

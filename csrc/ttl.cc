@@ -36,6 +36,14 @@ rocksdb::Status Malformed(const char* what) {
                                      what);
 }
 
+rocksdb::Status OutOfRange(const std::string& name, int64_t ts, int64_t ttl) {
+  return rocksdb::Status::InvalidArgument(
+      "stateengine.ttl-range: state '" + name + "' holds an entry last accessed at " +
+      std::to_string(ts) + " ms, which with the state's TTL of " + std::to_string(ttl) +
+      " ms expires past int64 milliseconds; it was written with a TTL time or TTL outside that "
+      "range, or is corrupted");
+}
+
 class TtlCompactionFilter : public rocksdb::CompactionFilter {
  public:
   explicit TtlCompactionFilter(std::shared_ptr<const TtlState> state) : state_(std::move(state)) {}
@@ -144,8 +152,13 @@ class TtlPurgingIterator : public rocksdb::Iterator {
 }  // namespace
 
 TtlState::TtlState(TtlLayout layout, Codec value_codec, bool numeric, NumericOp op,
-                   std::shared_ptr<TtlClock> clock)
-    : layout_(layout), codec_(value_codec), numeric_(numeric), op_(op), clock_(std::move(clock)) {}
+                   std::shared_ptr<TtlClock> clock, std::string name)
+    : layout_(layout),
+      codec_(value_codec),
+      numeric_(numeric),
+      op_(op),
+      clock_(std::move(clock)),
+      name_(std::move(name)) {}
 
 rocksdb::Status TtlState::Configure(int64_t ttl_ms, bool update_on_read, bool return_expired,
                                     const std::string& row_program) {
@@ -238,7 +251,9 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
     if (stored.size() < at + kTtlStampBytes) return Malformed("shorter than its timestamp");
     const char* rest = stored.data() + at + kTtlStampBytes;
     const size_t rest_len = stored.size() - at - kTtlStampBytes;
-    if (TtlExpired(GetStamp(stored.data() + at), ttl, now)) {
+    const int64_t ts = GetStamp(stored.data() + at);
+    if (!TtlExpiryInRange(ts, ttl)) return OutOfRange(name_, ts, ttl);
+    if (TtlExpired(ts, ttl, now)) {
       verdict->visible = show_expired;
       if (write_back) verdict->write_back = TtlWriteBack::kDelete;
     } else {
@@ -259,7 +274,14 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
   }
   // A list: every element expires on its own.
   bool any_unexpired = false, any_expired = false, any_shown = false;
+  const size_t plain_start = plain->size();
+  int64_t out_of_range = 0;
+  bool in_range = true;
   const bool ok = ForEachStamped(*this, stored, [&](int64_t ts, const rocksdb::Slice& e) {
+    if (!TtlExpiryInRange(ts, ttl) && in_range) {
+      in_range = false;
+      out_of_range = ts;
+    }
     const bool expired = TtlExpired(ts, ttl, now);
     (expired ? any_expired : any_unexpired) = true;
     if (!expired || show_expired) {
@@ -269,6 +291,10 @@ rocksdb::Status TtlState::Read(const rocksdb::Slice& stored, int64_t now, bool w
     }
   });
   if (!ok) return Malformed("list elements do not parse");
+  if (!in_range) {
+    plain->resize(plain_start);  // nothing of this entry is returned
+    return OutOfRange(name_, out_of_range, ttl);
+  }
   verdict->visible = any_shown;
   if (!write_back) return rocksdb::Status::OK();
   // As Flink's TtlListState: a read drops the expired elements it met (the list is cleared
@@ -332,9 +358,11 @@ rocksdb::Status TtlState::Fold(const rocksdb::Slice* stored, const rocksdb::Slic
   bool have = false;
   if (stored != nullptr) {
     if (stored->size() < kTtlStampBytes) return Malformed("shorter than its timestamp");
+    const int64_t ts = GetStamp(stored->data());
+    if (!TtlExpiryInRange(ts, ttl_ms())) return OutOfRange(name_, ts, ttl_ms());
     // Flink's TtlReduceFunction / TtlAggregateFunction: an expired accumulator is dropped
     // (or still used, when expired values are returned) and the result gets the new time.
-    if (!TtlExpired(GetStamp(stored->data()), ttl_ms(), now) || return_expired()) {
+    if (!TtlExpired(ts, ttl_ms(), now) || return_expired()) {
       if (!ReadNumber(codec_, stored->data() + kTtlStampBytes,
                       stored->size() - kTtlStampBytes, &acc)) {
         return Malformed("not a number of the state's value type");

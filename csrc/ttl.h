@@ -32,6 +32,13 @@ enum class TtlLayout : uint8_t { kNone = 0, kValue = 1, kMap = 2, kList = 3 };
 constexpr size_t kTtlStampBytes = 8;
 constexpr int64_t kTtlTimeUnset = std::numeric_limits<int64_t>::min();
 
+// Whether an entry's expiry (last access + ttl) is int64 milliseconds. Python refuses TTL times
+// and TTLs whose sum is not (stateengine/ttl.py), so a stored time outside was written by
+// something else (a TTL changed since, raw bytes, damage): reads refuse it.
+inline bool TtlExpiryInRange(int64_t ts, int64_t ttl) {
+  return ts <= std::numeric_limits<int64_t>::max() - ttl;
+}
+
 // Flink's TtlUtils.expired: last access + ttl <= now, without overflowing.
 inline bool TtlExpired(int64_t ts, int64_t ttl, int64_t now) {
   const int64_t room = ts > 0 ? std::min(std::numeric_limits<int64_t>::max() - ts, ttl) : ttl;
@@ -62,7 +69,7 @@ class TtlState {
  public:
   // numeric: a native reducer/aggregate (SUM/MIN/MAX/COUNT) whose adds fold in C++ (Fold).
   TtlState(TtlLayout layout, Codec value_codec, bool numeric, NumericOp op,
-           std::shared_ptr<TtlClock> clock);
+           std::shared_ptr<TtlClock> clock, std::string name = "");
 
   TtlLayout layout() const { return layout_; }
   bool numeric() const { return numeric_; }
@@ -90,6 +97,8 @@ class TtlState {
   // layout is kValue and plain is null (the caller then drops the first kTtlStampBytes
   // itself, without a copy). With write_back, a kRewrite verdict leaves the entry to store in
   // *rewrite; without it the verdict's write_back is kNone (reads that are about to write).
+  // A stored time whose expiry leaves int64 ms is InvalidArgument("stateengine.ttl-range:
+  // ...", a TtlTimeRangeError in Python).
   rocksdb::Status Read(const rocksdb::Slice& stored, int64_t now, bool write_back,
                        TtlVerdict* verdict, std::string* plain, std::string* rewrite) const;
 
@@ -116,6 +125,7 @@ class TtlState {
   const bool numeric_;
   const NumericOp op_;
   const std::shared_ptr<TtlClock> clock_;
+  const std::string name_;  // the state's, for messages
   std::unique_ptr<RowSchema> row_;  // kStruct values: set once, before ttl_ms_ is published
   std::atomic<int64_t> ttl_ms_{0};
   std::atomic<bool> update_on_read_{false};

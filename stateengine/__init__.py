@@ -19,8 +19,9 @@ from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointN
                      CorruptionError, IllegalStoreStateError, IncompatibleStateError,
                      KeyGroupOutOfRangeError, KeyTypeError, MixedTypesError, NoCurrentKeyError,
                      NullElementError, OutputSchemaError, PickleNotAllowedError,
-                     SerializationError, StateEngineError, StateRegistrationError, StorageError,
-                     TtlTimeNotSetError, UnknownStateError, UserFunctionError)
+                     SerializationError, StaleCommitError, StateEngineError,
+                     StateRegistrationError, StorageError, TtlTimeNotSetError, TtlTimeRangeError,
+                     UnknownStateError, UserFunctionError)
 from .functions import AggregateFunction
 from .checkpoint.file_cache import configure_file_cache, file_cache_stats
 from .checkpoint.handles import load_handle
@@ -49,6 +50,7 @@ __all__ = [
     "MixedTypesError",
     "NoCurrentKeyError", "NullElementError", "OutputSchemaError", "PickleNotAllowedError",
     "ReducingState", "ReducingStateDescriptor", "SerializationError", "SortedMapState",
+    "StaleCommitError", "TtlTimeRangeError",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
     "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
     "TtlTimeNotSetError", "UnknownStateError", "UserFunctionError", "UpdateType", "ValueState",

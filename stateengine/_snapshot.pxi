@@ -105,8 +105,10 @@ def restore_sections(NativeBackend backend, list files, list sections, str sst_d
     """Restores full-snapshot sections into backend.
 
     files: (path, compressed, [column family per state id]) per snapshot file; sections:
-    (file index, key group, offset) in ascending key-group order. With sst_dir the entries go
-    through SST files ingested at the end (for empty targets); with "" through write batches.
+    (file index, key group, offset, end, decode only) in ascending key-group order, where
+    ``end`` (0: unchecked) is the byte at which the section must end and a decode-only
+    section is read to its end but not restored. With sst_dir the entries go through SST
+    files ingested at the end (for empty targets); with "" through write batches.
     """
     cdef vector[CSnapshotFile] fs
     cdef vector[CSectionRef] refs
@@ -121,10 +123,12 @@ def restore_sections(NativeBackend backend, list files, list sections, str sst_d
         f.compressed = compressed
         f.cf_for_state = cfs
         fs.push_back(f)
-    for fi, kg, off in sections:
+    for fi, kg, off, end, decode_only in sections:
         r.file = fi
         r.key_group = kg
         r.offset = off
+        r.end = end
+        r.decode_only = decode_only
         refs.push_back(r)
     db = backend._enter()
     with nogil:

@@ -4,6 +4,7 @@ cdef object _StorageError = errors.StorageError
 cdef object _BackendClosedError = errors.BackendClosedError
 cdef object _TtlTimeNotSetError = errors.TtlTimeNotSetError
 cdef object _StateRegistrationError = errors.StateRegistrationError
+cdef object _TtlTimeRangeError = errors.TtlTimeRangeError
 
 
 cdef int check_status(const CStatus& st) except -1:
@@ -14,6 +15,8 @@ cdef int check_status(const CStatus& st) except -1:
         raise _CorruptionError(msg)  # names the file and what was wrong
     if st.IsMemoryLimit():  # csrc/status_guard.h: an allocation failed, nothing was applied
         raise MemoryError(msg)
+    if st.IsInvalidArgument() and "stateengine.ttl-range: " in msg:  # csrc/ttl.cc OutOfRange
+        raise _TtlTimeRangeError(msg.split("stateengine.ttl-range: ", 1)[1])
     if st.IsInvalidArgument() and "stateengine.ttl: " in msg:  # csrc/ttl.cc AccessTime
         if "TTL time" in msg:
             raise _TtlTimeNotSetError(

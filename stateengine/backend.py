@@ -7,7 +7,7 @@ directory, which is why the write-ahead log is off.
 
 A backend is used by one thread at a time (like a Flink task); snapshots run their
 asynchronous part on another thread without touching the current key. Other threads may still
-call it, and may close it while calls run: see "Thread model" in the README.
+call it, and may close it while calls run: see docs/reliability/thread-model.md.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from .errors import (IncompatibleStateError, StateEngineError, StateRegistration
 from .keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
 from .operator_state import OperatorStateBackend
 from .timers import TimerService
+from .ttl import check_ttl_fits, check_ttl_time
 from .state import (AggregatingState, ListState, MapState, ReducingState, SortedMapState,
                     ValueState)
 
@@ -174,14 +175,17 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def max_parallelism(self) -> int:
+        """The number of key groups (fixed for the life of the state)."""
         return self._max_parallelism
 
     @property
     def key_group_range(self) -> KeyGroupRange:
+        """The key groups this backend owns."""
         return self._range
 
     @property
     def path(self) -> str:
+        """The local working directory (absolute)."""
         return self._path
 
     @property
@@ -195,6 +199,7 @@ class KeyedStateBackend(_native.NativeBackend):
         return [n for n in list(self._cf_index) if not n.startswith("__")]  # one atomic copy
 
     def state_meta(self, name: str) -> dict:
+        """The stored meta of state ``name`` (see ``StateDescriptor.meta``)."""
         meta = self._cf_metas.get(name)
         if meta is None:
             raise UnknownStateError(self._unknown(name))
@@ -204,10 +209,13 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def staging_dir(self) -> str:
+        """Scratch directory of snapshots under construction (checkpoint layer)."""
         return self._staging_dir
 
     @property
     def checkpoint_dir(self) -> str:
+        """Where RocksDB checkpoints (hard links of the live files) are made (checkpoint
+        layer)."""
         return self._checkpoint_dir
 
     def column_families(self) -> list[tuple[str, int]]:
@@ -216,17 +224,29 @@ class KeyedStateBackend(_native.NativeBackend):
         return sorted(self._cf_index.items(), key=lambda item: item[1])
 
     def column_family(self, name: str) -> int:
+        """The column family index of state ``name`` (UnknownStateError if none)."""
         cf = self._cf_index.get(name)
         if cf is None:
             raise UnknownStateError(self._unknown(name))
         return cf
 
     def track_snapshot(self, snap: AsyncSnapshot[Any]) -> AsyncSnapshot[Any]:
+        """Registers a running snapshot, which ``close()`` cancels and waits for."""
         self._pending = {s for s in self._pending if not s.done()}
         self._pending.add(snap)
         return snap
 
+    def edge_entries(self, cf: int) -> tuple[tuple[bytes, bytes], ...]:
+        """The first and last stored (key, value) of column family ``cf`` (none if empty):
+        two seeks, so a restore can check the data against what its manifest records."""
+        first = self._raw_scan(cf, limit=1)
+        if not first:
+            return ()
+        return first[0], self._raw_scan(cf, limit=1, reverse=True)[0]
+
     def adopt_checkpoint(self, handle: IncrementalHandle) -> None:
+        """Takes a restored checkpoint as the last confirmed one, so the next incremental
+        checkpoint reuses its files."""
         self._checkpointer.adopt(handle)
 
     def _internal_cf(self, name: str, meta: dict) -> int:
@@ -257,6 +277,8 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
                               source: str) -> None:
+        """Refuses restored data written with another max parallelism or key type
+        (IncompatibleStateError naming ``source``); fixes the key type if none is set yet."""
         if max_parallelism != self._max_parallelism:
             raise IncompatibleStateError(
                 f"{source} was written with max_parallelism {max_parallelism}, the backend has "
@@ -321,6 +343,8 @@ class KeyedStateBackend(_native.NativeBackend):
                         f"pass the same StateTtlConfig (it may change when the state is restored "
                         f"into a new backend)")
                 return self._states[name]
+        if descriptor.ttl is not None:  # before anything is created: refused means unchanged
+            check_ttl_fits(name, descriptor.ttl.ttl_ms, self.ttl_time)
         cf = self._cf_index.get(name)
         if cf is None:
             cf = self._native_create_cf(*_cf_spec(want))
@@ -417,6 +441,17 @@ class KeyedStateBackend(_native.NativeBackend):
         # Keys begin with a 1- or 2-byte key-group prefix below 0xFFFF: this spans them all.
         self._native_delete_range(cf, b"", b"\xff\xff\xff")
 
+    def set_ttl_time(self, timestamp_ms: int) -> None:
+        """The time, in milliseconds since the epoch, that states with TTL use from now on:
+        writes stamp entries with it, reads check expiry against it, and the compaction filter
+        purges what expired by it. TTL never reads the wall clock; pass processing time, or in
+        a micro-batch the batch's timestamp so that a replay sees the same expiry. A time
+        whose sum with the TTL of a registered state leaves int64 milliseconds is refused
+        (``TtlTimeRangeError``) and the time stays as it was."""
+        ttls = {n: h.descriptor.ttl.ttl_ms for n, h in list(self._states.items())
+                if h.descriptor.ttl is not None}
+        super().set_ttl_time(check_ttl_time(timestamp_ms, ttls))
+
     # ---- snapshots and checkpoints -------------------------------------------------------
 
     def snapshot(self, target: CheckpointStorage | str | os.PathLike, name: str,
@@ -458,6 +493,9 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def num_retained_checkpoints(self) -> int | None:
+        """How many confirmed incremental checkpoints are kept (None: all); setting it
+        deletes older ones (files this backend uploaded and no retained checkpoint
+        references)."""
         return self._checkpointer.num_retained
 
     @num_retained_checkpoints.setter

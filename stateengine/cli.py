@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -131,8 +132,16 @@ def cmd_versions(args: argparse.Namespace) -> int:
             print(f"  DAMAGED: {e}")
             damaged += 1
             continue
-        for v in catalog.version_dirs():
-            st = catalog.status(v, full)
+        statuses = [catalog.status(v, full) for v in catalog.version_dirs()]
+        shared = catalog.shared_files()  # listed after the manifests were read (see below)
+        for st in statuses:
+            v = st.version
+            gone = catalog.missing_shared(v, shared) if st.state == "complete" else []
+            if gone:  # a version naming a file that is gone cannot be restored: not good
+                st = dataclasses.replace(
+                    st, state="damaged",
+                    detail=f"its manifests name {len(gone)} shared file(s) that do not exist, "
+                           f"e.g. {catalog.storage.describe(gone[0])}; it cannot be restored")
             if st.state == "damaged":
                 damaged += 1
                 print(f"  version {v:>6}: DAMAGED: {st.detail}")

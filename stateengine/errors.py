@@ -64,6 +64,13 @@ class CheckpointFileMissingError(CorruptionError, CheckpointNotFoundError):
     damaged (a CorruptionError) and the file not found (a CheckpointNotFoundError)."""
 
 
+class StaleCommitError(StateEngineError, RuntimeError):
+    """A commit would publish a checkpoint that reuses files the checkpoint it builds on no
+    longer protects: that checkpoint was removed (retention pruned it, or another writer
+    replaced it) since this writer loaded it, typically a zombie task still committing long
+    after the query moved on. Nothing is published; load the latest version and commit again."""
+
+
 class IncompatibleStateError(StateEngineError, ValueError):
     """Restored state does not fit the descriptors registered now (kind, serializers, key type,
     max parallelism)."""
@@ -73,6 +80,11 @@ class TtlTimeNotSetError(StateEngineError, RuntimeError):
     """A state with TTL was read or written before the backend was given a TTL time
     (``set_ttl_time``; ``batch_timestamp_ms=`` in stateengine.spark). TTL never reads the
     wall clock."""
+
+
+class TtlTimeRangeError(StateEngineError, ValueError):
+    """A TTL time whose expiry arithmetic (time + the state's TTL) would leave int64
+    milliseconds: given to ``set_ttl_time``, or found stored with an entry."""
 
 
 class IllegalStoreStateError(StateEngineError, RuntimeError):

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 
 class StoreState(str, Enum):
+    """Where a StateStore is in its life: UPDATING until ``commit()`` (COMMITTED) or
+    ``abort()`` (ABORTED); a finished store refuses further writes."""
+
     UPDATING = "UPDATING"
     COMMITTED = "COMMITTED"
     ABORTED = "ABORTED"
@@ -172,8 +175,11 @@ class StateStoreProvider:
     def _begins_at(self, version: int) -> bool:
         """Whether ``version`` is where this operator's state begins (empty)."""
         first = self.catalog.first_version()
-        if first is None or first == version:
-            return True  # no state yet, or another task of the first batch committed already
+        if first is None:
+            return True  # no state yet
+        self.catalog.check_begins_after(version, first)
+        if first == version:
+            return True  # another task of the first batch committed already
         if version < first:
             raise CheckpointNotFoundError(
                 f"version {version} of {self.catalog.describe()} is before the version its "
@@ -223,6 +229,8 @@ class StateStore:
 
     @property
     def backend(self) -> KeyedStateBackend:
+        """The partition's backend (set its current key, reach its timers and operator
+        state)."""
         return self._backend
 
     @overload
@@ -246,6 +254,7 @@ class StateStore:
 
     @property
     def has_committed(self) -> bool:
+        """Whether ``commit()`` succeeded."""
         return self.state is StoreState.COMMITTED
 
     def _refuse(self, action: str) -> None:
@@ -281,7 +290,7 @@ class StateStore:
         try:
             codecs = self._backend.key_codecs
             p.catalog.write_properties(p.max_parallelism, list(codecs) if codecs else None,
-                                       p._first_version)
+                                       p._first_version, self._backend.key_is_tuple)
             handle = self._backend.checkpoint(
                 new_version, p.storage,
                 private_dir=p.catalog.private_dir(new_version, p.partition_id, p.num_partitions, attempt),

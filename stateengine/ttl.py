@@ -12,16 +12,28 @@ leave it out, and a RocksDB compaction filter (C++, csrc/ttl.h) purges it in the
 Only whether a state has TTL is stored with it (its ``"ttl"`` attribute): the duration and the
 update and visibility settings are configuration of the running job and may change between
 runs, as in Flink. Turning TTL on or off for existing state is refused.
+
+Times are int64 milliseconds, and an entry's expiry is its last access time plus the state's
+TTL, which must be int64 milliseconds too: a TTL time (``set_ttl_time``, the Spark layer's
+batch time) whose sum with the TTL of a registered state would leave that range is refused
+with ``TtlTimeRangeError`` (the entries written at such a time would read back as expired at
+once), a state whose TTL does not fit the time already set is refused when it registers, and
+a stored last access time whose expiry leaves the range is reported when it is read.
 """
 
 from __future__ import annotations
 
 import datetime
+import operator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .errors import StateRegistrationError
+from .errors import StateRegistrationError, TtlTimeRangeError
+
+INT64_MAX = (1 << 63) - 1
+# -2**63 means "no time set" in C++ (csrc/ttl.h kTtlTimeUnset): no TTL time may take it
+TTL_TIME_MIN = -(1 << 63) + 1
 
 
 class UpdateType(str, Enum):
@@ -48,6 +60,9 @@ def _millis(ttl: Any) -> int:
             f"a TTL is an int of milliseconds or a datetime.timedelta, got {ttl!r:.60}")
     if ms <= 0:
         raise StateRegistrationError(f"a TTL must be at least 1 ms, got {ttl!r:.60}")
+    if ms > INT64_MAX:
+        raise StateRegistrationError(f"a TTL must be at most {INT64_MAX} ms (int64 "
+                                     f"milliseconds), got {ttl!r:.60}")
     return int(ms)
 
 
@@ -83,10 +98,13 @@ class StateTtlConfig:
 
     @property
     def update_on_read(self) -> bool:
+        """Whether reads restart an entry's TTL too (``OnReadAndWrite``)."""
         return self.update_type is UpdateType.OnReadAndWrite
 
     @property
     def return_expired(self) -> bool:
+        """Whether an expired entry not yet cleaned up is still returned, once
+        (``ReturnExpiredIfNotCleanedUp``)."""
         return self.state_visibility is StateVisibility.ReturnExpiredIfNotCleanedUp
 
     @staticmethod
@@ -147,3 +165,36 @@ def check_ttl(name: str, ttl: Any) -> StateTtlConfig | None:
     raise StateRegistrationError(
         f"state '{name}': ttl= takes a stateengine.StateTtlConfig (e.g. "
         f"StateTtlConfig(ttl_ms=60_000)), got {type(ttl).__name__}")
+
+
+def check_ttl_time(timestamp_ms: Any, ttls: dict[str, int], what: str = "TTL time") -> int:
+    """``timestamp_ms`` as an int TTL time, checked against the TTL (ms) of every state in
+    ``ttls`` (name -> TTL): TypeError for what is not an int, TtlTimeRangeError for a time
+    outside int64 milliseconds or one whose expiry (time + TTL) would leave them."""
+    if isinstance(timestamp_ms, bool) or not hasattr(timestamp_ms, "__index__"):
+        raise TypeError(f"a {what} is an int of milliseconds since the epoch, got "
+                        f"{type(timestamp_ms).__name__}")
+    t = operator.index(timestamp_ms)
+    if not TTL_TIME_MIN <= t <= INT64_MAX:
+        raise TtlTimeRangeError(
+            f"{what} {t} ms lies outside int64 milliseconds [{TTL_TIME_MIN}, {INT64_MAX}] "
+            f"(milliseconds since the epoch: is it in another unit?)")
+    for name, ttl_ms in ttls.items():
+        if t > INT64_MAX - ttl_ms:
+            raise TtlTimeRangeError(
+                f"{what} {t} ms plus the TTL of state '{name}' ({ttl_ms} ms) leaves int64 "
+                f"milliseconds (the expiry would be {t + ttl_ms} > {INT64_MAX}): every entry "
+                f"written at that time would read back as expired. With this TTL a time may "
+                f"be at most {INT64_MAX - ttl_ms} ms (milliseconds since the epoch)")
+    return t
+
+
+def check_ttl_fits(name: str, ttl_ms: int, now: int | None) -> None:
+    """A state's TTL against the TTL time already set (``now``; None: none yet): refused with
+    TtlTimeRangeError, before the state registers, when their sum would leave int64 ms."""
+    if now is not None and now > INT64_MAX - ttl_ms:
+        raise TtlTimeRangeError(
+            f"state '{name}' has a TTL of {ttl_ms} ms, but the backend's TTL time is {now} ms: "
+            f"their sum leaves int64 milliseconds (the expiry would be {now + ttl_ms} > "
+            f"{INT64_MAX}); set a TTL time of at most {INT64_MAX - ttl_ms} ms first "
+            f"(milliseconds since the epoch)")

@@ -223,7 +223,9 @@ def test_a_reader_never_sees_a_partial_version(s3, tmp_path):
 def test_a_commit_puts_each_object_once_and_the_manifest_last(s3, s3_proxy, tmp_path):
     """What a commit sends (counted at the proxy): one PUT per new file, straight to its final
     name (no temporary object, copy or delete: S3 has no rename), a HEAD per PUT to check the
-    stored size, no directory marker objects, and the manifest as the last PUT."""
+    stored size, no directory marker objects, and the manifest as the last PUT; and, as it
+    reuses files of version 1, a HEAD of version 1's manifest before publishing and a read of
+    it (HEAD and GET) after (incremental.py: a base pruned meanwhile is no base)."""
     uri = s3.uri("requests", endpoint=s3_proxy.endpoint)
     with provider(uri, tmp_path) as prov:
         store = prov.get_store(0)
@@ -244,6 +246,11 @@ def test_a_commit_puts_each_object_once_and_the_manifest_last(s3, s3_proxy, tmp_
     assert [p for p in puts if p.endswith(".json")] == ["agg/v2/p00000-of-00001.json"]
     assert puts[-1] == "agg/v2/p00000-of-00001.json"
     heads = [e.path.split("/requests/", 1)[1] for e in sent if e.method == "HEAD"]
+    base = "agg/v1/p00000-of-00001.json"
+    assert heads.count(base) == 2 and metrics["files_reused"] > 0
+    assert [e.path.split("/requests/", 1)[1] for e in sent
+            if e.method == "GET" and not e.query].count(base) == 1
+    heads = [h for h in heads if h != base]
     assert sorted(heads) == sorted(set(puts))
     assert len(heads) == metrics["files_uploaded"] + 1  # + the manifest
     assert not [e for e in sent if e.method == "DELETE"]

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from pyspark import TaskContext
 
-from stateengine import (ListStateDescriptor, StateTtlConfig, TtlTimeNotSetError,
-                         ValueStateDescriptor)
+from stateengine import (ListStateDescriptor, StateStoreProvider, StateTtlConfig,
+                         TtlTimeNotSetError, TtlTimeRangeError, ValueStateDescriptor)
 from stateengine.spark import apply_with_state, bootstrap_state, read_state
 
 pytestmark = pytest.mark.spark
@@ -76,3 +76,16 @@ def test_bootstrapped_ttl_state_expires_from_the_bootstrap_time(spark, tmp_path)
     fn = remember()
     assert run(spark, ck, version, T0 + TTL - 1, ["a"], fn) == {"a": (5, 1)}
     assert run(spark, ck, version + 1, T0 + TTL, ["b"], fn) == {"b": (None, 1)}
+
+
+def test_a_batch_time_whose_expiry_leaves_int64_fails_on_the_driver(spark, tmp_path):
+    """2**63 - 1 would make every entry written in the batch read back as expired: the driver
+    refuses it before any task runs, and nothing is committed."""
+    ck = str(tmp_path / "ck")
+    users = ["a", "b"]
+    assert run(spark, ck, 0, T0, users, remember()) == {u: (None, 1) for u in users}
+    with pytest.raises(TtlTimeRangeError, match="batch_timestamp_ms 9223372036854775807 ms plus "
+                                                "the TTL of state 'seen'"):
+        run(spark, ck, 1, (1 << 63) - 1, users, remember())
+    with StateStoreProvider(ck, "ttl", 0, 2) as prov:
+        assert prov.latest_version() == 1

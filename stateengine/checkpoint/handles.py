@@ -87,6 +87,8 @@ class FullSnapshotHandle:
     stats: dict[str, int] = dc_field(default_factory=dict)
     operator_state: OperatorStateRef | None = None
     kind: str = "full"
+    # where the handle was read from, for messages (never persisted; "" for a new handle)
+    source: str = dc_field(default="", compare=False)
 
     def files(self) -> list[FileRef]:
         return [self.file] + ([self.operator_state.file] if self.operator_state else [])
@@ -129,6 +131,10 @@ class IncrementalHandle:
     operator_state: OperatorStateRef | None = None
     kind: str = "incremental"
     value_format: int = VALUE_FORMAT
+    source: str = dc_field(default="", compare=False)  # as FullSnapshotHandle.source
+    # where its manifest is published, relative to root ("" if unknown): a commit that reuses
+    # this checkpoint's files checks that it still is (incremental.py)
+    manifest: str = dc_field(default="", compare=False)
 
     def files(self) -> list[FileRef]:
         """The RocksDB files (not the operator-state file)."""
@@ -196,13 +202,16 @@ def _from_document(doc: dict[str, Any], root: str, source: str, key: bytes | Non
     legacy = docs.open_sealed(doc, source, key, legacy_shape)
     try:
         if kind == "full":
-            return _full(doc, root, key)
-        if kind == "incremental":
-            return _incremental(doc, root, key, legacy)
-        raise Invalid(f"has unknown handle kind {kind!r}")
+            handle: Handle = _full(doc, root, key)
+        elif kind == "incremental":
+            handle = _incremental(doc, root, key, legacy)
+        else:
+            raise Invalid(f"has unknown handle kind {kind!r}")
     except (Invalid, UnsafePath, ValueError) as e:
         raise CorruptionError(f"checkpoint handle {source} is invalid: {e}; it is corrupted"
                               ) from None
+    handle.source = source
+    return handle
 
 
 # ---- field decoding --------------------------------------------------------------------------
@@ -281,8 +290,41 @@ def _full(doc: dict, root: str, key: bytes | None) -> FullSnapshotHandle:
             raise Invalid(f"offset of key group {kg} ({offsets[kg]}) does not follow the "
                           f"previous group's ({previous})")
         previous = offsets[kg]
-    return FullSnapshotHandle(root, ref, kgr, max_p, offsets, meta_length, _stats(doc),
-                              _op_state(doc.get("operator_state"), key))
+    stats, op = _stats(doc), _op_state(doc.get("operator_state"), key)
+    if stats.get("file_bytes", ref.size) != ref.size:
+        raise Invalid(f"stats record a snapshot of {stats['file_bytes']} bytes but file "
+                      f"{ref.path} is recorded with {ref.size}")
+    _check_operator_state_bytes(stats, op)
+    return FullSnapshotHandle(root, ref, kgr, max_p, offsets, meta_length, stats, op)
+
+
+def _check_operator_state_bytes(stats: dict[str, int], op: OperatorStateRef | None) -> None:
+    """``operator_state_bytes`` (written since it was added; 0 without operator state) says a
+    second time whether the handle has operator state: a dropped ``operator_state`` would
+    otherwise restore as none at all (source offsets lost)."""
+    recorded = stats.get("operator_state_bytes")
+    if recorded is None:
+        return
+    have = op.file.size if op is not None else 0
+    if recorded != have:
+        held = f"an operator-state file of {have} bytes" if op is not None else "no operator state"
+        raise Invalid(f"stats record {recorded} bytes of operator state but the handle names "
+                      f"{held}")
+
+
+def _check_file_figures(stats: dict[str, int], files: list[FileRef]) -> None:
+    """An incremental checkpoint's figures against its file list: ``bytes_total`` is the
+    sum of the RocksDB files' sizes, and every one of them was either uploaded or reused."""
+    total = sum(f.size for f in files)
+    if stats.get("bytes_total", total) != total:
+        raise Invalid(f"stats record {stats['bytes_total']} bytes in all but the files listed "
+                      f"hold {total}")
+    if "files_uploaded" in stats and "files_reused" in stats and \
+            stats["files_uploaded"] + stats["files_reused"] != len(files):
+        raise Invalid(f"stats record {stats['files_uploaded']} files uploaded and "
+                      f"{stats['files_reused']} reused but {len(files)} files are listed")
+    if not 0 <= stats.get("bytes_uploaded", 0) <= total:
+        raise Invalid(f"stats record {stats['bytes_uploaded']} bytes uploaded of {total}")
 
 
 def _value_format(doc: dict, legacy: bool) -> int:
@@ -322,10 +364,12 @@ def _incremental(doc: dict, root: str, key: bytes | None, legacy: bool) -> Incre
     if "CURRENT" not in private_names or not any(_MANIFEST_NAME.match(n) for n in private_names):
         raise Invalid("the handle lists no CURRENT or no MANIFEST file: the RocksDB directory "
                       "it describes cannot be opened")
+    stats, op = _stats(doc), _op_state(doc.get("operator_state"), key)
+    _check_file_figures(stats, shared + private)
+    _check_operator_state_bytes(stats, op)
     return IncrementalHandle(root, cid, kgr, max_p, [dict(s) for s in states],
                              list(key_codecs) if key_codecs else None, key_is_tuple, shared,
-                             private, _stats(doc), _op_state(doc.get("operator_state"), key),
-                             value_format=_value_format(doc, legacy))
+                             private, stats, op, value_format=_value_format(doc, legacy))
 
 
 # ---- handles in storage ------------------------------------------------------------------------
@@ -341,7 +385,11 @@ def write_handle(storage: Any, rel: str, handle: Handle, hmac_key: bytes | None,
 
 def read_handle(storage: Any, rel: str, hmac_key: bytes | None) -> tuple[Handle, dict]:
     """(handle, document) published at rel, resolved against that storage's root."""
-    return decode_handle(storage.read_bytes(rel), storage.uri, storage.describe(rel), hmac_key)
+    handle, doc = decode_handle(storage.read_bytes(rel), storage.uri, storage.describe(rel),
+                                hmac_key)
+    if isinstance(handle, IncrementalHandle):
+        handle.manifest = rel
+    return handle, doc
 
 
 def load_handle(target: Any, path: str, hmac_key: bytes | str | None = None) -> Handle:

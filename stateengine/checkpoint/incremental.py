@@ -12,6 +12,19 @@ retained checkpoint of it references; files adopted from a restored checkpoint a
 deleted by it (their owner's retention, e.g. StateStore's, handles them). A discarded
 checkpoint loses its manifest first, then its files, so no published manifest ever names a
 deleted file.
+
+Reused files and their base: the SSTs a checkpoint reuses belong to the checkpoint it builds
+on (its base: the last confirmed one, or the restored one). Retention deletes a file only once
+no published manifest names it, so a writer that loaded its base long ago (a zombie task, a
+stalled process) may find its base pruned, or replaced by another writer's commit of the same
+version. Before its manifest is written, a commit checks that the base's manifest is still
+published (with no known manifest: that each reused file exists); otherwise
+``StaleCommitError`` and nothing is published. After its manifest is written it reads the
+base's manifest, which must still be published and name every reused file, because retention
+may have unpublished it in between; if not, the new manifest is withdrawn (if it is still the
+one this commit wrote) and the commit fails. With retention's second look at the versions
+(versions.py ``prune``), a commit that returns has files no retention deletes while its
+manifest is published. On object storage this costs a HEAD before and a HEAD and GET after.
 """
 
 from __future__ import annotations
@@ -25,10 +38,11 @@ from collections import OrderedDict
 from typing import Callable
 
 from .. import _native
-from ..errors import SnapshotCancelledError
+from ..errors import (CheckpointNotFoundError, CorruptionError, SnapshotCancelledError,
+                      StaleCommitError)
 from .asynchronous import AsyncSnapshot
 from .full import with_digest, write_operator_state
-from .handles import FileRef, IncrementalHandle, write_handle
+from .handles import FileRef, IncrementalHandle, decode_handle, encode_handle
 from .interface import SnapshotSource
 from .storage import CheckpointStorage
 
@@ -54,6 +68,7 @@ class IncrementalCheckpointer:
         self._confirmed: dict[str, FileRef] = {}  # local SST name -> uploaded file
         self._confirmed_root: str | None = None  # storage the confirmed files live in
         self._confirmed_id = -1
+        self._confirmed_manifest = ""  # where the confirmed checkpoint is published, if known
         self._completed: dict[int, IncrementalHandle] = {}
         self._retained: OrderedDict[int, IncrementalHandle] = OrderedDict()
         self._owned: set[str] = set()
@@ -65,6 +80,7 @@ class IncrementalCheckpointer:
             self._confirmed = {f.local_name: f for f in handle.shared}
             self._confirmed_root = handle.root
             self._confirmed_id = handle.checkpoint_id
+            self._confirmed_manifest = handle.manifest
 
     def checkpoint(self, checkpoint_id: int, storage: CheckpointStorage, private_dir: str,
                    manifest_path: str | None = None, shared_dir: str = "shared",
@@ -80,14 +96,16 @@ class IncrementalCheckpointer:
         op_bytes = None if backend.operator_state.is_empty() else backend.operator_state.snapshot_bytes()
         with self._lock:
             # A file path is relative to its storage root: reuse only within the same root.
-            base = dict(self._confirmed) if self._confirmed_root == storage.uri else {}
+            same_root = self._confirmed_root == storage.uri
+            base = dict(self._confirmed) if same_root else {}
+            base_manifest = self._confirmed_manifest if same_root else ""
         cancelled = threading.Event()
         kgr, max_p = backend.key_group_range, backend.max_parallelism
         key_codecs, key_is_tuple = backend.key_codecs, backend.key_is_tuple
 
         def run() -> IncrementalHandle:
             try:
-                shared, private = [], []
+                shared, private, reused_refs = [], [], []
                 uploaded = reused = uploaded_bytes = 0
                 for name in sorted(os.listdir(local_dir)):
                     if cancelled.is_set():
@@ -99,6 +117,7 @@ class IncrementalCheckpointer:
                         if prior is not None and prior.size == os.path.getsize(path) and \
                                 (prior.sha256 or not hmac_key):
                             shared.append(prior)
+                            reused_refs.append(prior)
                             reused += 1
                             continue
                         ref = storage.upload(path, shared_file_name(shared_dir), local_name=name)
@@ -114,14 +133,25 @@ class IncrementalCheckpointer:
                                               op_bytes, hmac_key)
                 stats = {"files_uploaded": uploaded, "files_reused": reused,
                          "bytes_uploaded": uploaded_bytes,
-                         "bytes_total": sum(f.size for f in shared) + sum(f.size for f in private)}
+                         "bytes_total": sum(f.size for f in shared) + sum(f.size for f in private),
+                         "operator_state_bytes": op_ref.file.size if op_ref else 0}
                 handle = IncrementalHandle(storage.uri, checkpoint_id, kgr, max_p, states,
                                            list(key_codecs) if key_codecs else None, key_is_tuple,
                                            shared, private, stats, op_ref)
+                if reused_refs:
+                    check_base(storage, checkpoint_id, reused_refs, base_manifest, read=False)
                 if manifest_path is not None:
                     # a callable extra sees the upload figures, sealed with the manifest
                     fields = extra(dict(stats)) if callable(extra) else extra
-                    write_handle(storage, manifest_path, handle, hmac_key, fields)
+                    data = encode_handle(handle, hmac_key, fields)
+                    storage.write_atomic(manifest_path, data)
+                    handle.manifest = manifest_path
+                    if reused_refs:  # retention may have unpublished the base meanwhile
+                        try:
+                            check_base(storage, checkpoint_id, reused_refs, base_manifest)
+                        except StaleCommitError:
+                            withdraw(storage, manifest_path, data)
+                            raise
                 with self._lock:
                     self._completed[checkpoint_id] = handle
                     if manifest_path is not None:
@@ -143,6 +173,7 @@ class IncrementalCheckpointer:
             self._confirmed = {f.local_name: f for f in handle.shared}
             self._confirmed_root = handle.root
             self._confirmed_id = checkpoint_id
+            self._confirmed_manifest = handle.manifest
             self._retained[checkpoint_id] = handle
             discard = []
             if self.num_retained is not None:
@@ -167,3 +198,63 @@ class IncrementalCheckpointer:
             storage.delete_file(f.path)
         if handle.operator_state is not None:
             storage.delete_file(handle.operator_state.file.path)
+
+
+def check_base(storage: CheckpointStorage, checkpoint_id: int, reused: list[FileRef],
+               base_manifest: str, read: bool = True) -> None:
+    """Raises StaleCommitError unless the files a checkpoint reuses are still protected: the
+    manifest of the checkpoint it builds on is still published and (``read``) names every one
+    of them: retention deletes no file a published manifest names. Without ``read`` only its
+    existence is checked (one HEAD on object storage: the cheap check before publishing; the
+    one after reads it). Where that manifest is not known (a handle restored from its dict
+    form) or is damaged, each reused file must exist."""
+    reason = None
+    if base_manifest:
+        where = storage.describe(base_manifest)
+        if not read:
+            if storage.exists(base_manifest):
+                return
+            reason = f"its manifest {where} is no longer published"
+        else:
+            try:
+                base, _ = decode_handle(storage.read_bytes(base_manifest), storage.uri, where,
+                                        None)
+            except CheckpointNotFoundError:
+                reason = f"its manifest {where} is no longer published"
+            except CorruptionError:
+                base_manifest = ""  # damaged: fall back to the files themselves
+            else:
+                if not isinstance(base, IncrementalHandle):
+                    base_manifest = ""
+                else:
+                    named = {f.path for f in base.shared}
+                    lost = [r.path for r in reused if r.path not in named]
+                    if not lost:
+                        return
+                    reason = (f"its manifest {where} no longer names "
+                              f"{storage.describe(lost[0])}"
+                              + (f" and {len(lost) - 1} more reused file(s)" if len(lost) > 1
+                                 else ""))
+    if not base_manifest:
+        gone = [r.path for r in reused if not storage.exists(r.path)]
+        if not gone:
+            return
+        reason = (f"{storage.describe(gone[0])}"
+                  + (f" and {len(gone) - 1} more reused file(s)" if len(gone) > 1 else "")
+                  + " no longer exist(s)")
+    raise StaleCommitError(
+        f"checkpoint {checkpoint_id} cannot be published: it reuses {len(reused)} file(s) "
+        f"of the checkpoint it builds on, but {reason}. Retention removed that checkpoint "
+        f"or another writer replaced it after this writer loaded it (a zombie task "
+        f"committing after its query moved on?). Nothing was published; load the latest "
+        f"version and commit again")
+
+
+def withdraw(storage: CheckpointStorage, rel: str, data: bytes) -> None:
+    """Deletes the manifest a failed commit published, unless another writer has replaced it
+    since (then it is theirs, not ours, and stays)."""
+    try:
+        if storage.read_bytes(rel) == data:
+            storage.delete_file(rel)
+    except CheckpointNotFoundError:
+        pass

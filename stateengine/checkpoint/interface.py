@@ -75,6 +75,17 @@ class RestoreTarget(SnapshotSource, Protocol):
         """Raises IncompatibleStateError unless restored data fits the backend's key layout;
         adopts the key type if the backend has none yet."""
 
+    def edge_entries(self, cf: int) -> tuple[tuple[bytes, bytes], ...]:
+        """The first and last stored (key, value) of column family ``cf`` (none if empty)."""
+
+    def parse_state_key(self, raw: bytes, namespace_codec: int,
+                        has_user_key: bool) -> tuple[int, Any, bytes, bytes]:
+        """(key group, key, namespace bytes, user key bytes); CorruptionError if raw does not
+        fit the backend's key layout."""
+
+    def parse_timer_key(self, raw: bytes) -> tuple[int, int, Any, bytes]:
+        """(key group, timestamp, key, namespace bytes) of a stored timer key."""
+
     def adopt_checkpoint(self, handle: "IncrementalHandle") -> None:
         """Lets the next incremental checkpoint reuse the restored checkpoint's files."""
 

@@ -76,7 +76,41 @@ def check_state_entry(s: dict[str, Any], what: str) -> None:
         v = s.get(f)
         if type(v) is not int or v not in allowed:
             raise ValueError(f"{what}: state '{name}' has unknown {f} {v!r}")
+    _check_combination(s, name, what)
     check_attributes(state_attributes(s), f"{what} (state '{name}')")
+
+
+_USER_KEY_KINDS = ("map", "sorted_map")
+
+
+def _check_combination(s: dict[str, Any], name: str, what: str) -> None:
+    """The fixed fields say some things twice: only map states have user keys, only list
+    states merge by appending, only native reducers and aggregates merge numerically (and
+    only they name a native function), and timers have one fixed layout. A meta that
+    contradicts itself describes no state a descriptor can produce."""
+    kind, merge, op = s["kind"], s["merge"], s["native_op"]
+    if kind == "timers":  # the engine's own column families: one fixed meta
+        from ..timers import EVENT_TIME_CF, PROCESSING_TIME_CF, TIMER_META
+
+        wrong = {f: s[f] for f, v in TIMER_META.items() if s.get(f) != v}
+        wrong.update(state_attributes(s))  # timers have no attributes (no TTL, no schema)
+        if wrong or name not in (EVENT_TIME_CF, PROCESSING_TIME_CF):
+            raise ValueError(f"{what}: timer column family '{name}' has {wrong or 'its name'}, "
+                             f"not the timers' fixed layout {TIMER_META}")
+        return
+    if kind not in _USER_KEY_KINDS and s["user_key_codec"] != 0:
+        raise ValueError(f"{what}: {kind} state '{name}' has user key codec "
+                         f"{s['user_key_codec']} but no user keys")
+    if (merge == 1) != (kind == "list"):
+        raise ValueError(f"{what}: {kind} state '{name}' has merge kind {merge}; list states "
+                         f"and only they merge by appending (1)")
+    if merge == 2 and kind not in ("reducing", "aggregating"):
+        raise ValueError(f"{what}: {kind} state '{name}' merges numerically (2); only native "
+                         f"reducers and aggregates do")
+    if (merge == 2) != (op != 0):
+        raise ValueError(f"{what}: state '{name}' has merge kind {merge} and native function "
+                         f"{op}; a native function goes with numeric merging (2), and only "
+                         f"with it")
 
 
 # Attributes are written by this code base (schemas, TTL settings), never deeply nested; the

@@ -26,6 +26,7 @@ from ..errors import (CheckpointNotFoundError, CorruptionError, IncompatibleStat
                       StateEngineError, StateRegistrationError, StorageError)
 from ..keygroups import KeyGroupRange
 from ..operator_state import OperatorStateBackend
+from .crosscheck import check_data_layout, check_operator_instance, check_options, naming
 from .full import restore_full
 from .handles import FullSnapshotHandle, IncrementalHandle, handle_from_dict
 from .interface import BackendFactory, RestoreTarget
@@ -89,10 +90,14 @@ def restore_operator_state(handles: list[Handle], operator_index: int, paralleli
         if h.operator_state is None:
             continue
         storage = CheckpointStorage(h.root)
-        local = storage.open_verified(h.operator_state.file, scratch)
+        try:
+            local = storage.open_verified(h.operator_state.file, scratch)
+        except CorruptionError as e:
+            raise naming(e, h) from None
         with open(local, "rb") as f:  # verified: exactly the size its handle recorded
             snapshots.append(f.read())
         sources.append(storage.describe(h.operator_state.file.path))
+        check_operator_instance(h, snapshots[-1], sources[-1])
         if not storage.is_local:
             os.remove(local)
     source = "operator state " + ", ".join(sources) if sources else "operator state"
@@ -110,11 +115,15 @@ def _materialize(handle: IncrementalHandle, db_dir: str) -> None:
         if os.path.dirname(dest) != db_dir or os.path.lexists(dest):
             raise CorruptionError(f"checkpoint {_describe(handle)}: local file name "
                                   f"{ref.local_name!r} is not a plain, unique name")
-        storage.place_verified(ref, dest, link=dest.endswith(".sst"))
+        try:
+            storage.place_verified(ref, dest, link=dest.endswith(".sst"))
+        except CorruptionError as e:
+            raise naming(e, handle) from None
 
 
 def _describe(handle: IncrementalHandle) -> str:
-    return CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
+    return handle.source or \
+        CheckpointStorage(handle.root).describe(f"checkpoint {handle.checkpoint_id}")
 
 
 def _name_sources(e: CorruptionError, handles: list[IncrementalHandle]) -> CorruptionError:
@@ -135,8 +144,9 @@ def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str
     """Opens what _materialize placed; a directory RocksDB cannot open (no CURRENT, a
     MANIFEST that names missing files or other column families) is a corrupted checkpoint."""
     try:
-        return cls.open_restored(path, handle.max_parallelism, target, handle.states, key_type,
-                                 allow_pickle=allow_pickle)
+        check_options(handle, os.path.join(path, "db"))
+        backend = cls.open_restored(path, handle.max_parallelism, target, handle.states,
+                                    key_type, allow_pickle=allow_pickle)
     except CorruptionError as e:
         raise _name_sources(e, [handle]) from None
     except StorageError as e:
@@ -146,6 +156,12 @@ def _open_materialized(cls: BackendFactory, handle: IncrementalHandle, path: str
         raise CorruptionError(f"checkpoint {_describe(handle)} does not open as a RocksDB "
                               f"database ({e}); its files are inconsistent (RocksDB's "
                               f"metadata: {meta_files or 'none listed'})") from None
+    try:
+        check_data_layout(handle, backend)
+    except BaseException:
+        backend.dispose()
+        raise
+    return backend
 
 
 def restore_incremental(cls: BackendFactory, path: str, handles: list[IncrementalHandle],

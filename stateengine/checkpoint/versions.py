@@ -81,6 +81,7 @@ class VersionCatalog:
         self._cache: dict[tuple[str, int, int], tuple[IncrementalHandle, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._properties_written = False
+        self._properties: dict[str, Any] | None = None  # _operator.json, once read
 
     # ---- paths ---------------------------------------------------------------------------
 
@@ -103,7 +104,10 @@ class VersionCatalog:
     # ---- operator properties ---------------------------------------------------------------
 
     def properties(self) -> dict[str, Any] | None:
-        """max_parallelism and key_codecs of the operator (None before its first commit)."""
+        """max_parallelism and key_codecs of the operator (None before its first commit).
+        Written once and never changed, so it is read once per catalog."""
+        if self._properties is not None:
+            return self._properties
         rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
         try:
             data = self.storage.read_bytes(rel)
@@ -112,16 +116,27 @@ class VersionCatalog:
         source = self.storage.describe(rel)
         doc, _ = docs.load(data, source, self.hmac_key, _LEGACY_PROPERTIES)
         codecs = doc.get("key_codecs")
-        try:  # the file does not record whether keys are tuples; one column fits either
-            check_key_layout(doc.get("max_parallelism"), codecs,
-                             isinstance(codecs, list) and len(codecs) > 1, source)
+        try:  # older files do not record whether keys are tuples; one column fits either
+            tuples = doc.get("key_is_tuple", isinstance(codecs, list) and len(codecs) > 1)
+            check_key_layout(doc.get("max_parallelism"), codecs, tuples, source)
         except ValueError as e:
             raise CorruptionError(f"operator properties {source} are invalid: {e}") from None
+        self._properties = doc
         return doc
+
+    @property
+    def properties_source(self) -> str:
+        return self.storage.describe(f"{self.operator_id}/{OPERATOR_PROPERTIES}")
 
     def check_properties(self, max_parallelism: int) -> dict[str, Any] | None:
         props = self.properties()
         if props is not None and props["max_parallelism"] != max_parallelism:
+            # Whose mistake? If the newest manifest agrees with the caller, the operator file is
+            # the odd one out (reading the manifest compares the two and raises).
+            for v in reversed(self.version_dirs()):
+                if self._manifest_entries(v):
+                    self.manifest_handles(v)
+                    break
             raise IncompatibleStateError(
                 f"{self.describe()} was written with max_parallelism "
                 f"{props['max_parallelism']}, not {max_parallelism}; keep max_parallelism "
@@ -129,16 +144,20 @@ class VersionCatalog:
         return props
 
     def write_properties(self, max_parallelism: int, key_codecs: list[int] | None,
-                         first_version: int = 0) -> None:
+                         first_version: int = 0, key_is_tuple: bool | None = None) -> None:
         """Written once, by the first commit, before its manifest: a reader that finds a
         manifest always finds the properties. ``first_version`` is the version the operator's
-        state began at, empty (an operator added to a running query begins past 0)."""
+        state began at, empty (an operator added to a running query begins past 0);
+        ``key_is_tuple`` (with ``key_codecs``) whether keys are tuples, which a manifest
+        records too."""
         if self._properties_written:  # written once per operator: no request per commit
             return
         rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
         if not self.storage.exists(rel):
             doc = {"max_parallelism": max_parallelism, "key_codecs": key_codecs,
                    "first_version": first_version}
+            if key_codecs and key_is_tuple is not None:
+                doc["key_is_tuple"] = key_is_tuple
             self.storage.write_atomic(rel, docs.dumps(docs.seal(doc, self.hmac_key)))
         self._properties_written = True
 
@@ -151,10 +170,43 @@ class VersionCatalog:
             return 0 if self.versions() else None
         raw = props.get("first_version", 0)
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-            rel = f"{self.operator_id}/{OPERATOR_PROPERTIES}"
-            raise CorruptionError(f"{self.storage.describe(rel)} names first version "
+            raise CorruptionError(f"{self.properties_source} names first version "
                                   f"{raw!r}, not an int >= 0; it is corrupted")
         return raw
+
+    def check_begins_after(self, version: int, first: int) -> None:
+        """A version at or before the one the operator's state began at (empty) cannot have
+        been committed: if it has a manifest, one of the two documents is wrong, and
+        restoring it as empty state while ``latest_version`` names it would lose it."""
+        entries = self._manifest_entries(version) if version <= first else []
+        if entries:
+            rel = f"{self.version_dir(version)}/{entries[0][2]}"
+            raise CorruptionError(
+                f"{self.properties_source} says the state of {self.describe()} began, empty, "
+                f"at version {first}, but {self.storage.describe(rel)} is a committed manifest "
+                f"of version {version}; one of them is corrupted")
+
+    def _check_properties_of(self, handle: IncrementalHandle, source: str) -> None:
+        """A manifest's max parallelism and key type against the operator's (one operator has
+        one key layout, which its first commit recorded in ``_operator.json``)."""
+        props = self.properties()
+        if props is None:
+            return
+        what = None
+        if props.get("max_parallelism") != handle.max_parallelism:
+            what = (f"max_parallelism {handle.max_parallelism}",
+                    f"{props.get('max_parallelism')}")
+        elif props.get("key_codecs") and handle.key_codecs and \
+                list(props["key_codecs"]) != list(handle.key_codecs):
+            what = (f"key codecs {list(handle.key_codecs)}", f"{props['key_codecs']}")
+        elif props.get("key_codecs") and handle.key_codecs and "key_is_tuple" in props and \
+                props["key_is_tuple"] != handle.key_is_tuple:
+            what = (f"key_is_tuple {handle.key_is_tuple}", f"{props['key_is_tuple']}")
+        if what is not None:
+            raise CorruptionError(
+                f"checkpoint manifest {source} records {what[0]} but {self.properties_source} "
+                f"records {what[1]} for the operator; one of them is corrupted (an operator's "
+                f"key layout is fixed by its first commit)")
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -222,11 +274,14 @@ class VersionCatalog:
         source = self.storage.describe(rel)
         handle, doc = decode_handle(self.storage.read_bytes(rel), self.storage.uri, source,
                                     self.hmac_key)
+        if isinstance(handle, IncrementalHandle):
+            handle.manifest = rel
         try:
             self._check_manifest(handle, doc, version, partition, num_partitions)
         except (Invalid, ValueError) as e:
             raise CorruptionError(f"checkpoint manifest {source} does not belong where it "
                                   f"lies: {e}; it is corrupted or was moved") from None
+        self._check_properties_of(handle, source)
         with self._lock:
             self._cache[ident] = (handle, doc)
         return handle, doc
@@ -240,6 +295,13 @@ class VersionCatalog:
             if doc.get(name) != want or type(doc.get(name)) is not type(want):
                 raise Invalid(f"it records {name} {doc.get(name)!r}, its place says {want!r}")
         docs.want_int(doc.get("created_at"), "created_at", 0)
+        if handle.checkpoint_id != version:  # a commit checkpoints version V as checkpoint V
+            raise Invalid(f"it records checkpoint id {handle.checkpoint_id} for version {version}")
+        op = handle.operator_state
+        if op is not None and (op.operator_index, op.parallelism) != (partition, num_partitions):
+            raise Invalid(f"its operator state is recorded as instance {op.operator_index} of "
+                          f"{op.parallelism}, not partition {partition} of {num_partitions}")
+        _check_metrics(doc.get("metrics"), handle.stats)
         owned = KeyGroupRange.for_operator(partition, num_partitions, handle.max_parallelism)
         if handle.key_group_range != owned:
             raise Invalid(f"its key groups {handle.key_group_range} are not {owned}, which "
@@ -290,6 +352,8 @@ class VersionCatalog:
         target, CorruptionError for a damaged one."""
         entries, has_marker = self._listing(version)
         marked = self.committed_partitions(version, has_marker)
+        if entries and self.properties() is not None:
+            self.check_begins_after(version, self.first_version() or 0)
         if not entries:
             if marked is not None:
                 raise CorruptionError(
@@ -310,12 +374,13 @@ class VersionCatalog:
                                   f"max_parallelism {sorted(max_ps)}; it is damaged")
         if marked is not None:
             group = by_n.get(marked, [])
-            present = {p for p, _, _ in group}
-            if present != set(range(marked)):
+            present = {p for p, _, _ in group}  # partitions found: each p < marked
+            if len(present) != marked:
+                marker = self.storage.describe(f"{self.version_dir(version)}/{COMMITTED_MARKER}")
                 raise CorruptionError(
                     f"version {version} of {self.describe()} is marked committed by {marked} "
-                    f"partition(s) but manifests are missing ({self._missing(version, marked, present)}); "
-                    f"it is damaged")
+                    f"partition(s) ({marker}) but manifests are missing "
+                    f"({self._missing(version, marked, present)}); it is damaged")
             candidates = [marked]
         else:  # complete sets first, then the most recently written
             candidates = sorted(by_n, key=lambda n: (len({p for p, _, _ in by_n[n]}) == n,
@@ -331,9 +396,16 @@ class VersionCatalog:
             f"partitions covers key groups {target.start}..{target.end}")
 
     def _missing(self, version: int, n: int, present: set[int]) -> str:
-        missing = [self.manifest_path(version, p, n) for p in range(n) if p not in present]
-        shown = ", ".join(self.storage.describe(m) for m in missing[:3])
-        return shown + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        # n comes from a marker: count the missing ones without walking range(n)
+        first = []
+        for p in range(n):
+            if len(first) == 3:
+                break
+            if p not in present:
+                first.append(self.manifest_path(version, p, n))
+        more = n - len(present) - len(first)
+        shown = ", ".join(self.storage.describe(m) for m in first)
+        return shown + (f" and {more} more" if more > 0 else "")
 
     def latest_version(self, target: KeyGroupRange) -> int:
         """The newest version readable for target (0, the empty state, if none).
@@ -350,6 +422,32 @@ class VersionCatalog:
             return versions[i]
         self._check_numbering(versions)
         return 0
+
+    def _unpublish(self, version: int) -> None:
+        self.storage.delete_file(f"{self.version_dir(version)}/{COMMITTED_MARKER}")
+        for info in self.storage.list_dir(self.version_dir(version)):
+            if _MANIFEST.match(info.base_name):
+                self.storage.delete_file(f"{self.version_dir(version)}/{info.base_name}")
+
+    def _second_look(self, old: list[int], cutoff: int) -> set[str]:
+        """Shared files named by manifests published at versions up to the cutoff since
+        prune first read them (old versions are unpublished again). One listing of the
+        operator directory and one per version directory at or below the cutoff."""
+        keep: set[str] = set()
+        for v in self.version_dirs():
+            if v > cutoff:
+                continue
+            if v in old:
+                for info in self.storage.list_dir(self.version_dir(v)):
+                    if _MANIFEST.match(info.base_name) or info.base_name == COMMITTED_MARKER:
+                        self.storage.delete_file(f"{self.version_dir(v)}/{info.base_name}")
+                continue
+            try:
+                for _, _, h in self.manifest_handles(v):
+                    keep.update(f.path for f in h.shared)
+            except CorruptionError:
+                pass  # a damaged manifest keeps nothing; reading that version reports it
+        return keep
 
     def _check_numbering(self, older: list[int]) -> None:
         """Each older version directory must hold manifests of its own number: a newer
@@ -370,6 +468,19 @@ class VersionCatalog:
                     f"{self.storage.describe(rel)} is a manifest of version {recorded} in the "
                     f"directory of version {v} (a renamed version directory?); {self.describe()} "
                     f"is damaged")
+
+    def shared_files(self) -> set[str]:
+        """The paths of the files in ``<operator>/shared/`` now (one listing; pages of 1,000
+        on object storage)."""
+        return {f"{self.shared_dir}/{i.base_name}" for i in self.storage.list_dir(self.shared_dir)}
+
+    def missing_shared(self, version: int, shared: set[str]) -> list[str]:
+        """The shared files the manifests of ``version`` name that are not in ``shared``
+        (``shared_files()``, listed after the manifests were read: a commit uploads its files
+        before it publishes its manifest, so a file named by a manifest read earlier that is
+        not listed is gone)."""
+        named = {f.path for _, _, h in self.manifest_handles(version) for f in h.shared}
+        return sorted(named - shared)
 
     def status(self, version: int, target: KeyGroupRange | None = None) -> VersionStatus:
         """A version's standing for a listing; never raises for damage."""
@@ -432,7 +543,16 @@ class VersionCatalog:
         Order, so that a process killed at any point leaves no listed version whose files
         are gone: first the old versions' markers and manifests (they stop being versions),
         then the shared files only they used, then the rest of their folders. Only files under
-        ``<operator>/`` are ever deleted."""
+        ``<operator>/`` are ever deleted.
+
+        Between reading which files the retained versions use and deleting the others, a
+        commit that built on an old version (a writer that loaded it before it was
+        unpublished) may publish a manifest naming its files. Such a manifest lies at a
+        version no newer than the cutoff, so after unpublishing, those version directories
+        are listed again (``_second_look``): manifests there keep their files, and one that
+        appeared in an old version is unpublished too. A commit that published after this
+        second look finds its base unpublished when it checks again and withdraws
+        (incremental.py)."""
         if num_partitions is not None:
             latest = min(latest, self.slowest_partition_version(latest, num_partitions))
         cutoff = latest - min_versions_to_retain + 1
@@ -453,10 +573,8 @@ class VersionCatalog:
             except CorruptionError:
                 pass  # going anyway; its files become orphans for the grace-period sweep
         for v in old:  # unpublish first
-            self.storage.delete_file(f"{self.version_dir(v)}/{COMMITTED_MARKER}")
-            for info in self.storage.list_dir(self.version_dir(v)):
-                if _MANIFEST.match(info.base_name):
-                    self.storage.delete_file(f"{self.version_dir(v)}/{info.base_name}")
+            self._unpublish(v)
+        keep_refs |= self._second_look(old, cutoff)
         deleted = 0
         for path in sorted(candidates - keep_refs):
             if path.startswith(self.shared_dir + "/"):
@@ -476,6 +594,20 @@ class VersionCatalog:
             self._cache = {k: d for k, d in self._cache.items()
                            if not any(k[0].startswith(self.version_dir(v) + "/") for v in old)}
         return {"versions": len(old), "files": deleted}
+
+
+# Figures a commit seals twice: in the checkpoint's stats and in the batch metrics.
+_METRICS_OF_STATS = {"files_uploaded": "files_uploaded", "files_reused": "files_reused",
+                     "bytes_uploaded": "bytes_uploaded", "checkpoint_bytes": "bytes_total"}
+
+
+def _check_metrics(metrics: Any, stats: dict[str, int]) -> None:
+    if not isinstance(metrics, dict):
+        return  # versions written before metrics (or a manifest without them)
+    for m, st in _METRICS_OF_STATS.items():
+        if m in metrics and st in stats and metrics[m] != stats[st]:
+            raise Invalid(f"its metrics record {m} {metrics[m]!r} but its stats {st} "
+                          f"{stats[st]!r}")
 
 
 def _covers(handles: list[IncrementalHandle], target: KeyGroupRange) -> bool:

@@ -252,6 +252,8 @@ cdef extern from "snapshot_reader.h" namespace "stateengine" nogil:
         int file
         int32_t key_group
         uint64_t offset
+        uint64_t end
+        bint decode_only
 
     CStatus CRestoreSections "stateengine::RestoreSections"(
         CStateDB*, int, const vector[CSnapshotFile]&, const vector[CSectionRef]&, const string&,

@@ -8,8 +8,8 @@ rows: Iterator[pandas.DataFrame], timerValues)``), ``transform_with_state`` one 
 processor over its keys and commits version ``batch_id + 1``. On a streaming DataFrame the
 result is a streaming DataFrame whose tasks take their batch from Spark (see ``batch.py``).
 
-What a task does, in the order Spark's own operator does it (README, "Coming from
-transformWithState"):
+What a task does, in the order Spark's own operator does it
+(docs/coming-from-transformwithstate/index.md, "How Spark runs a processor"):
 
 1. ``init(handle)`` on a fresh copy of the processor (each task deserializes its own);
 2. in the operator's first batch only, ``handleInitialState`` for every key of the initial
@@ -299,6 +299,12 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
         if mode == "ProcessingTime" and facts["processing_time"] is None:
             facts["processing_time"] = int(time.time() * 1000)
     facts["ttl_time_ms"] = None  # Spark's TTL runs on each batch's processing time
+    if facts["processing_time"] is not None:  # refused on the driver, before any task runs
+        from ..ttl import check_ttl_time
+
+        check_ttl_time(facts["processing_time"],
+                       {n: d.ttl_ms for n, d in plan.decls.items() if d.ttl_ms is not None},
+                       "processing_time (the batch's TTL time)")
     cfg = config_from_facts(df, cols, plan.descriptors(), checkpoint, out, facts,
                             num_partitions=num_partitions, max_parallelism=max_parallelism,
                             operator_id=operator_id, min_versions_to_retain=min_versions_to_retain,

@@ -74,7 +74,13 @@ def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: Any, batch_
     ``batch_timestamp_ms`` when given, else None, and each task takes its batch's processing
     time (``processing_time=``, or with ``query_checkpoint`` Spark's batchTimestampMs from the
     offset log), the same on every attempt and replay. States with TTL need one of them: TTL
-    never reads the wall clock."""
+    never reads the wall clock. A time whose sum with a state's TTL leaves int64 milliseconds
+    is refused here (TtlTimeRangeError), before any task runs."""
+    from ..ttl import check_ttl_time
+
+    ttls = {d.name: d.ttl.ttl_ms for d in states if getattr(d, "ttl", None) is not None}
+    if processing_time is not None and batch_timestamp_ms is None:
+        check_ttl_time(processing_time, ttls, "processing_time (the batch's TTL time)")
     if batch_timestamp_ms is not None:
         if query_checkpoint is not None:
             raise ValueError("batch_timestamp_ms and query_checkpoint both set the batch's time: "
@@ -84,7 +90,8 @@ def ttl_clock(states: Sequence[StateDescriptor], batch_timestamp_ms: Any, batch_
                 "batch_timestamp_ms goes with an explicit batch_id; inside a streaming query "
                 "pass query_checkpoint=<the query's checkpointLocation> and each batch uses "
                 "Spark's batch timestamp")
-        return to_millis(batch_timestamp_ms, "batch_timestamp_ms", zone)
+        return check_ttl_time(to_millis(batch_timestamp_ms, "batch_timestamp_ms", zone), ttls,
+                              "batch_timestamp_ms")
     with_ttl = [d.name for d in states if getattr(d, "ttl", None) is not None]
     if with_ttl and processing_time is None and query_checkpoint is None:
         raise TtlTimeNotSetError(

@@ -101,23 +101,26 @@ def _values_for(value: Any) -> list[Any]:
     return [0, "x"]
 
 
-def structured_edits(data: bytes, limit: int | None = None,
-                     rng: random.Random | None = None) -> list[tuple[str, bytes]]:
-    """(description, new bytes) of structured edits of a JSON document: every field dropped,
-    every list entry dropped, every scalar changed a few ways (numbers, strings, types), and
-    one bit of every key name flipped. The checksum is left as it was (as damage would)."""
-    doc = json.loads(data)
-    edits: list[tuple[str, Any]] = []
+def document_edits(doc: Any) -> Iterator[tuple[tuple, str, Any]]:
+    """(path, description, edited document) of every structured edit of a parsed JSON
+    document: every field dropped, every list entry dropped, every scalar changed a few ways
+    (numbers, strings, types), and one bit of every key name flipped."""
     for path, node in _paths(doc):
         if path:
-            edits.append((f"drop {path}", _drop(doc, path)))
+            yield path, f"drop {path}", _drop(doc, path)
             if isinstance(path[-1], str):
-                edits.append((f"rename key {path}", _rename_key(doc, path, 0)))
+                yield path, f"rename key {path}", _rename_key(doc, path, 0)
         for new in _values_for(node):
             if new != node or type(new) is not type(node):
-                edits.append((f"set {path} = {new!r}"[:160], _replace(doc, path, new)))
+                yield path, f"set {path} = {new!r}"[:160], _replace(doc, path, new)
+
+
+def structured_edits(data: bytes, limit: int | None = None,
+                     rng: random.Random | None = None) -> list[tuple[str, bytes]]:
+    """(description, new bytes) of the structured edits of a JSON document
+    (``document_edits``). The checksum is left as it was (as damage would)."""
     out = []
-    for what, new_doc in edits:
+    for _, what, new_doc in document_edits(json.loads(data)):
         new = dumps_like(new_doc, data)
         if new != data:
             out.append((what, new))
