@@ -5,18 +5,23 @@ which git ignores.
 
     python bench/history.py RUN.json [...]   # appends the lines of older result files
 
-bench/s3_commit.py adds its own kind of line ("bench": "s3_commit"): requests, MB and seconds
-per commit and per restore.
+The other bench scripts keep their last result as ``<name>-latest.json`` and add their own
+kind of line through ``record``: bench/s3_commit.py ("bench": "s3_commit": requests, MB and
+seconds per commit and per restore), bench/crosscheck_cost.py (its whole, small report).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import subprocess
 import sys
 from typing import Any
 
 from targets import evaluate
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 # The figures a reader compares across runs: the state calls against RocksDB, snapshots and
 # checkpoints, the Spark jobs against Spark's own stateful operators, and memory.
@@ -69,16 +74,47 @@ def s3_line(doc: dict[str, Any]) -> dict[str, Any]:
             "commits": [cost(c) for c in doc["commits"]], "restores": restores}
 
 
-def append(path: str, doc: dict[str, Any]) -> None:
-    """Appends the history line of a results document (bench/run.py's or s3_commit.py's)."""
-    entry = s3_line(doc) if "commits" in doc else line(doc)
+def append(path: str, doc: dict[str, Any], bench: str = "run") -> None:
+    """Appends the history line of a results document: bench/run.py's (``run``), or another
+    bench script's (s3_commit's cost table, any other's small report as it is)."""
+    if bench == "run":
+        entry = line(doc)
+    elif bench == "s3_commit":
+        entry = s3_line(doc)
+    else:
+        entry = {"bench": bench, "date": doc.get("date"), "commit": doc.get("commit"),
+                 **{k: v for k, v in doc.items() if k not in ("date", "commit")}}
     with open(path, "a") as f:
         f.write(json.dumps(entry, separators=(",", ":")) + "\n")
 
 
+def git_commit(repo: str) -> str:
+    """The checkout's short commit, +dirty with uncommitted changes to tracked files."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=repo, capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except OSError:
+        return "-"
+
+
+def record(out_dir: str, bench: str, doc: dict[str, Any]) -> str:
+    """A bench script's result: dated and stamped with the commit, written as
+    ``<bench>-latest.json`` (replacing the previous one) and appended to history.jsonl."""
+    doc = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "commit": git_commit(os.path.dirname(os.path.abspath(__file__))), **doc}
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{bench.replace('_', '-')}-latest.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    append(os.path.join(out_dir, "history.jsonl"), doc, bench)
+    return path
+
+
 if __name__ == "__main__":
-    target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "history.jsonl")
     for name in sys.argv[1:]:
         with open(name) as f:
-            append(target, json.load(f))
-        print(f"{name} -> {target}")
+            append(os.path.join(RESULTS, "history.jsonl"), json.load(f))
+        print(f"{name} -> {os.path.join(RESULTS, 'history.jsonl')}")

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from harness import Bench
+from history import git_commit
 from targets import FLOORS, evaluate
 
 GROUP_ORDER = ("state", "baseline", "floor", "typed", "snapshot", "checkpoint", "rescale", "spark", "memory")
@@ -49,18 +50,6 @@ def _version(module: str) -> str:
             return version(module)
         except Exception:
             return "-"
-
-
-def git_commit(repo: str) -> str:
-    """The checkout's short commit, +dirty with uncommitted changes to tracked files."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
-                              capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=repo, capture_output=True, text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except OSError:
-        return "-"
 
 
 def machine_info(build: dict[str, str]) -> dict[str, Any]:

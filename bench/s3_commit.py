@@ -116,16 +116,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['seconds']:>6.2f}")
     os.makedirs(args.out, exist_ok=True)
     import history
-    from report import git_commit
 
-    doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": git_commit(HERE),
-           "keys": args.keys, "value_bytes": args.value_bytes, "change": args.change,
-           "commits": rows, "restore_same_machine": restores["here"],
-           "restore_other_machine": restores["elsewhere"]}
-    path = os.path.join(args.out, "s3-commit-latest.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-    history.append(os.path.join(args.out, "history.jsonl"), doc)
+    path = history.record(args.out, "s3_commit", {
+        "keys": args.keys, "value_bytes": args.value_bytes, "change": args.change,
+        "commits": rows, "restore_same_machine": restores["here"],
+        "restore_other_machine": restores["elsewhere"]})
     print(f"wrote {path} and its line in history.jsonl")
     return 0
 
