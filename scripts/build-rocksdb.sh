@@ -18,8 +18,8 @@
 #   lookup; stateengine never reads those counters.
 # - snappy, lz4 and zstd (stateengine writes LZ4 blocks and frames snapshots with snappy),
 #   linked statically, so the wheel needs no shared compression library. zstd is built here
-#   too, from Debian's libzstd 1.5.4+dfsg2-5 source with -fPIC and NDEBUG: Debian's libzstd.a is not
-#   position-independent (its dictionary builder cannot go into a shared object). rocksdb.pc
+#   too, from Debian's libzstd 1.5.4+dfsg2-5 source with -fPIC and NDEBUG: Debian's libzstd.a
+#   is not position-independent (its dictionary builder cannot go into a shared object). rocksdb.pc
 #   links the system's snappy and lz4 archives where they exist (Debian's link fine once
 #   --exclude-libs makes their symbols local), else their shared libraries (which auditwheel
 #   then copies into the wheel). zlib and bz2 are left out: stateengine never writes them.
@@ -159,7 +159,7 @@ unpack "$ORIG" "$DEBIAN" rocksdb
 unpack "$ZSTD_ORIG" "$ZSTD_DEBIAN" zstd
 start=$(date +%s)
 
-log "building zstd $ZSTD_VERSION (static, -fPIC)"
+log "building zstd $ZSTD_VERSION (static, $ZSTD_CFLAGS)"
 make -s -C "$work/zstd/lib" -j"$(nproc)" libzstd.a CFLAGS="$ZSTD_CFLAGS" >&2
 mkdir -p "$work/zstd-install/lib" "$work/zstd-install/include"
 cp "$work/zstd/lib/libzstd.a" "$work/zstd-install/lib/"

@@ -18,7 +18,8 @@
 #     librocksdb and carry no RocksDB sync points, and prints which files were imported.
 # By default it runs the whole suite (the core tests, the Spark and Spark Connect tests and
 # the cluster tests, which get this wheel through STATEENGINE_WHEELHOUSE) except
-# tests/test_build.py and tests/test_bench_smoke.py, which compile from the source tree.
+# tests/test_build.py and tests/test_bench_smoke.py, which compile from the source tree, and
+# tests/test_wheel_install.py, which runs this script.
 # Extra arguments go to pytest (e.g. `-m "not spark"`); with test paths among them (tests/x.py,
 # tests/x.py::name) only those run.
 set -euo pipefail
@@ -117,7 +118,7 @@ for n in ("librocksdb.so", "librocksdb.so.7.8"):
     PYSPARK_PYTHON="$work/venv/bin/python" PYSPARK_DRIVER_PYTHON="$work/venv/bin/python" \
         SPARK_LOCAL_IP=127.0.0.1 STATEENGINE_WHEELHOUSE="$work/wheelhouse" \
         python -m pytest -p wheel_check "${paths[@]}" --ignore=tests/test_build.py \
-        --ignore=tests/test_bench_smoke.py "$@"
+        --ignore=tests/test_bench_smoke.py --ignore=tests/test_wheel_install.py "$@"
 }
 
 status=0

@@ -23,7 +23,8 @@ def _check() -> str:
     import stateengine._native as native
 
     site = os.path.realpath(sysconfig.get_paths()["purelib"])
-    for name, path in (("stateengine", stateengine.__file__), ("stateengine._native", native.__file__)):
+    for name, path in (("stateengine", stateengine.__file__),
+                       ("stateengine._native", native.__file__)):
         if not os.path.realpath(path).startswith(site + os.sep):
             raise SystemExit(f"test-wheel: {name} was imported from {path}, not from the wheel "
                              f"installed in {site}")
