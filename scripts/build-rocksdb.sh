@@ -19,19 +19,20 @@
 # - snappy, lz4 and zstd (stateengine writes LZ4 blocks and frames snapshots with snappy),
 #   linked statically, so the wheel needs no shared compression library. zstd is built here
 #   too, from Debian's libzstd 1.5.4+dfsg2-5 source with -fPIC and NDEBUG: Debian's libzstd.a
-#   is not position-independent (its dictionary builder cannot go into a shared object). rocksdb.pc
-#   links the system's snappy and lz4 archives where they exist (Debian's link fine once
-#   --exclude-libs makes their symbols local), else their shared libraries (which auditwheel
-#   then copies into the wheel). zlib and bz2 are left out: stateengine never writes them.
+#   is not position-independent (its dictionary builder cannot go into a shared object).
+#   rocksdb.pc links the system's snappy and lz4 archives where they exist (Debian's link fine
+#   once --exclude-libs makes their symbols local), else their shared libraries (which
+#   auditwheel then copies into the wheel). zlib and bz2 are left out: stateengine never
+#   writes them.
 # - -include cstdint: RocksDB 7.8 headers use uint64_t without it, which GCC >= 13 rejects
-#   (a no-op on Debian 12's GCC 12).
+#   (fixed upstream in 8.0; a no-op on Debian 12's GCC 12).
 #
 # The sources are fetched by URL and checked against the SHA-256 sums that Debian's signed
 # bookworm Sources index lists for them (so this also runs where apt is not Debian's, e.g. a
-# manylinux container). The build is cached
-# under $STATEENGINE_CACHE (default ~/.cache/stateengine) in rocksdb-<version>-release-<key>,
-# where the key hashes the version, the source sums, every build flag and the compiler, so a
-# change of any of them builds a new copy and never reuses a stale one.
+# manylinux container). The build is cached under $STATEENGINE_CACHE (default
+# ~/.cache/stateengine) in rocksdb-<version>-release-<key>, where the key hashes the versions,
+# the source sums, every build flag and the C++ compiler (zstd's C compiler, cc, is taken to be
+# its sibling), so a change of any of them builds a new copy and never reuses a stale one.
 set -euo pipefail
 
 VERSION=7.8.3
