@@ -8,7 +8,7 @@ last Spark bench run (``bench/results/latest.json``: ``spark.transformWithStateI
 
     python bench/processor_floor.py               # 50k keys, 4 rows each
     python bench/processor_floor.py --keys 200000
-    python bench/processor_floor.py --results bench/results/20261125-140223.json
+    python bench/processor_floor.py --results bench/results/runs/<time>.json
 
 The bench's job runs on local[2]: two Python workers share the keys, so a key-batch of CPU in
 one worker is half of it in wall time.
