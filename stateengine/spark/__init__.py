@@ -6,6 +6,7 @@ from .apply import apply_with_state, map_with_state
 from .batch import BatchInfo, batch_times
 from .context import BatchContext, GroupContext
 from .metrics import observed_metrics, state_metrics
+from .no_data_batches import with_no_data_batches
 from .processor import state_descriptors, transform_with_state, \
     transform_with_state_in_pandas
 from .routing import route, with_routing_columns
@@ -16,7 +17,8 @@ from .ui_metrics import ui_jar
 __all__ = ["BatchContext", "BatchInfo", "GroupContext", "apply_with_state", "batch_times",
            "bootstrap_state", "drop_cached", "map_with_state", "mark_batch_committed",
            "observed_metrics", "read_state", "route", "state_descriptors", "state_metrics", "transform_with_state",
-           "transform_with_state_in_pandas", "ui_jar", "with_routing_columns"]
+           "transform_with_state_in_pandas", "ui_jar", "with_no_data_batches",
+           "with_routing_columns"]
 
 
 def mark_batch_committed(checkpoint: str, batch_id: int, num_partitions: int,
