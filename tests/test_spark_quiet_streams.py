@@ -34,6 +34,7 @@ from tests.tws_compare import SparkBatch, assert_same, run_spark, sort_rows, wri
 pytestmark = pytest.mark.spark
 
 TRIGGER = "0.5 seconds"
+ONCE = "365 days"  # a first trigger, and the next one out of the test's reach
 KEYS_SCHEMA = "key string, n long"
 TIMEOUT = ValueStateDescriptor("timeout", value_type=int)
 HAS_PROCESSORS = Q.StatefulProcessor is not None
@@ -71,22 +72,24 @@ def _write_batches(session, folder: str, frames: list[pd.DataFrame], schema: str
     write_files(folder, frames, to_arrow_schema(session.createDataFrame([], schema).schema))
 
 
-def _sink(path: str):
-    """foreachBatch: each batch's rows to path/b=<batch id> (works on Connect, where the
-    function runs in the server's Python)."""
-    def write(df, batch_id):
-        df.write.mode("overwrite").parquet(os.path.join(path, f"b={batch_id}"))
-    return write
+def _start(out, sink: str, query_ck: str, **trigger):
+    """The query, writing to a Parquet file sink (a Connect foreachBatch function runs its
+    writes outside the micro-batch, where a stateful step has no batch id)."""
+    return (out.writeStream.format("parquet").option("path", sink)
+            .option("checkpointLocation", query_ck).trigger(**trigger).start())
 
 
-def _rows_by_batch(session, path: str) -> dict[int, list[tuple]]:
-    if not glob.glob(os.path.join(path, "b=*", "*.parquet")):
-        return {}
-    out: dict[int, list[tuple]] = {}
-    for row in session.read.parquet(path).collect():
-        d = row.asDict()
-        out.setdefault(d.pop("b"), []).append(tuple(d.values()))
-    return {b: sort_rows(rows) for b, rows in out.items()}
+def _rows_by_batch(session, sink: str) -> dict[int, list[tuple]]:
+    """batch id -> the rows the file sink committed for it (its _spark_metadata log)."""
+    out = {}
+    for path in glob.glob(os.path.join(sink, "_spark_metadata", "*")):
+        if not os.path.basename(path).isdigit():
+            continue
+        files = [json.loads(line)["path"] for line in open(path).read().split("\n")[1:]
+                 if line.strip()]
+        rows = session.read.parquet(*files).collect() if files else []
+        out[int(os.path.basename(path))] = sort_rows(rows)
+    return out
 
 
 def _run_until(query, done, timeout: float = 240) -> None:
@@ -96,7 +99,7 @@ def _run_until(query, done, timeout: float = 240) -> None:
             time.sleep(0.2)
     finally:
         query.stop()
-    assert query.exception() is None, query.exception()
+    assert query.exception() is None, str(query.exception())[:4000]
 
 
 def _heartbeat_step(kind: str, stream, state: str, query_ck: str):
@@ -147,8 +150,7 @@ def _heartbeats_on_quiet_triggers(session, tmp_path, kind):
     stream = session.readStream.schema(KEYS_SCHEMA).option("maxFilesPerTrigger", 1) \
         .parquet(source)
     out = _heartbeat_step(kind, stream, str(tmp_path / "state"), query_ck)
-    query = (out.writeStream.foreachBatch(_sink(sink)).option("checkpointLocation", query_ck)
-             .trigger(processingTime=TRIGGER).start())
+    query = _start(out, sink, query_ck, processingTime=TRIGGER)
 
     def done():  # every timeout out, and two batches after the last one: no second firing
         rows = _rows_by_batch(session, sink)
@@ -163,8 +165,8 @@ def _heartbeats_on_quiet_triggers(session, tmp_path, kind):
 
 
 def test_heartbeat_timeouts_fire_after_a_restart_in_the_quiet_period(spark, tmp_path):
-    """The first run processes the events and stops before the next trigger (60 s away), with
-    every timeout pending; the restarted query runs batches without data at once, and each
+    """The first run processes the events and stops before its next trigger (triggers fall on
+    multiples of the interval, here a year), with every timeout pending; the restarted query runs batches without data at once, and each
     timeout fires once."""
     source, sink, query_ck = (str(tmp_path / n) for n in ("in", "out", "query"))
     _write_batches(spark, source, [pd.DataFrame({"key": ["a", "b", "c"], "n": [1, 2, 3]})],
@@ -173,10 +175,9 @@ def test_heartbeat_timeouts_fire_after_a_restart_in_the_quiet_period(spark, tmp_
     def start(trigger):
         stream = spark.readStream.schema(KEYS_SCHEMA).parquet(source)
         out = _heartbeat_step("apply_with_state", stream, str(tmp_path / "state"), query_ck)
-        return (out.writeStream.foreachBatch(_sink(sink)).option("checkpointLocation", query_ck)
-                .trigger(processingTime=trigger).start())
+        return _start(out, sink, query_ck, processingTime=trigger)
 
-    _run_until(start("60 seconds"), lambda: _committed(query_ck) == [0])
+    _run_until(start(ONCE), lambda: _committed(query_ck) == [0])
     assert _committed(query_ck) == [0] and sorted(_log(query_ck)) == [0]
     assert not [r for rows in _rows_by_batch(spark, sink).values() for r in rows
                 if r[1] == "timeout"]
@@ -208,7 +209,8 @@ def test_sparks_own_processing_time_operator_waits_for_data_after_a_restart(spar
         return (out.writeStream.format("noop").option("checkpointLocation", query_ck)
                 .trigger(processingTime=trigger).start())
 
-    _run_until(start("60 seconds"), lambda: _committed(query_ck) == [0])
+    _run_until(start(ONCE), lambda: _committed(query_ck) == [0])
+    assert sorted(_log(query_ck)) == [0]
     query = start(TRIGGER)
     time.sleep(4)  # eight triggers
     _run_until(query, lambda: True)
@@ -256,10 +258,9 @@ def _event_time_sessions_in_query(session, batches: list[SparkBatch], tmp_path):
     out = transform_with_state_in_pandas(stream, P.EventTimeSessions(), "key", SESSIONS_OUT,
                                          str(tmp_path / "state"), time_mode="EventTime",
                                          num_partitions=2, query_checkpoint=query_ck)
-    query = (out.writeStream.foreachBatch(_sink(sink)).option("checkpointLocation", query_ck)
-             .trigger(availableNow=True).start())
+    query = _start(out, sink, query_ck, availableNow=True)
     query.awaitTermination(300)
-    assert query.exception() is None, query.exception()
+    assert query.exception() is None, str(query.exception())[:4000]
     log = _log(query_ck)
     assert _committed(query_ck) == [b.batch_id for b in batches]
     assert [log[b.batch_id]["batchWatermarkMs"] for b in batches] == \
@@ -293,10 +294,10 @@ def test_apply_with_state_runs_the_batches_of_sparks_event_time_operator(spark, 
         query_ck = str(tmp_path / name)
         stream = _watermarked(spark.readStream.schema(EVENTS_SCHEMA)
                               .option("maxFilesPerTrigger", 1).parquet(source))
-        query = (step(stream, query_ck).writeStream.foreachBatch(_sink(str(tmp_path / f"{name}-out")))
-                 .option("checkpointLocation", query_ck).trigger(availableNow=True).start())
+        query = _start(step(stream, query_ck), str(tmp_path / f"{name}-out"), query_ck,
+                       availableNow=True)
         query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
+        assert query.exception() is None, str(query.exception())[:4000]
         log, files = _log(query_ck), _read_source_files(query_ck)
         return {b: (log[b]["batchWatermarkMs"], files[b]) for b in _committed(query_ck)}
 
