@@ -8,9 +8,10 @@ keys each), an Trigger.AvailableNow query so batches run back to back; the step:
 ``apply_with_state`` keeping a count per key and moving one event-time timer per key, as a
 session timeout does. Each round runs every variant once, in an order that rotates from round
 to round, so drifting machine load reaches all alike; a batch's time is Spark's own
-``durationMs.triggerExecution`` of the batches that read a file (not the trailing batch
-without data). The report: the median batch time per variant over all rounds and its ratio to
-``none``.
+``durationMs.triggerExecution`` of the batches that read a file (not a query's first batch,
+which plans and starts workers, nor the trailing batch without data). The report: per round,
+each variant's median batch time and its ratio to ``none`` in the same round; at the end the
+median of those ratios and their range.
 
     python bench/no_data_batches.py                      # 8 rounds, 6 batches of 20k rows
     python bench/no_data_batches.py --rounds 12 --rows 50000 --keys 10000
@@ -109,25 +110,31 @@ def main() -> None:
     source = os.path.join(root, "in")
     generate(source, args.rows, args.keys, args.batches)
     spark = session()
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    ratios: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    medians: dict[str, list[float]] = {v: [] for v in VARIANTS}
     try:
         run_variant(spark, source, os.path.join(root, "warm-up"), "event_time")
         for r in range(args.rounds):
             order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
-            for variant in order:
-                got = run_variant(spark, source, os.path.join(root, f"{r}-{variant}"), variant)
-                times[variant] += got[1:]  # a query's first batch plans and starts workers
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-                f"{v} {statistics.median(times[v]):.0f} ms" for v in VARIANTS), flush=True)
+            got = {v: statistics.median(run_variant(spark, source,
+                                                    os.path.join(root, f"{r}-{v}"), v)[1:])
+                   for v in order}
+            for v in VARIANTS:
+                medians[v].append(got[v])
+                ratios[v].append(got[v] / got["none"])
+            print(f"round {r + 1}/{args.rounds} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+                f"{v} {got[v]:.0f} ms ({got[v] / got['none']:.3f})" for v in VARIANTS),
+                flush=True)
     finally:
         spark.stop()
-    base = statistics.median(times["none"])
     print(f"\n{args.rows} rows over {args.keys} keys per batch, {args.batches} batches per "
           f"query, {args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the end")
-    print(f"{'variant':<16} {'median ms/batch':>16} {'vs none':>8} {'batches':>8}")
+    print(f"{'variant':<16} {'median ms/batch':>16} {'vs none (median of rounds)':>27} "
+          f"{'range':>15}")
     for v in VARIANTS:
-        med = statistics.median(times[v])
-        print(f"{v:<16} {med:>16.0f} {med / base:>8.3f} {len(times[v]):>8}")
+        print(f"{v:<16} {statistics.median(medians[v]):>16.0f} "
+              f"{statistics.median(ratios[v]):>27.3f} "
+              f"{min(ratios[v]):>7.3f}-{max(ratios[v]):<7.3f}")
 
 
 if __name__ == "__main__":

@@ -93,11 +93,15 @@ def attach(out: DataFrame, source: DataFrame, kind: str, auto: str) -> DataFrame
 def with_no_data_batches(df: DataFrame, kind: str, source: DataFrame | None = None
                          ) -> DataFrame:
     """``df``, a streaming DataFrame, with the same rows and a branch that makes Spark run
-    micro-batches without data: ``"processing_time"`` at every trigger, ``"event_time"`` when
-    the watermark of ``source`` (default ``df``) moved, ``"none"`` never (``df`` as is).
+    micro-batches without data: ``"processing_time"`` at every trigger (a ``rate-micro-batch``
+    source filtered to nothing), ``"event_time"`` after each batch that moved the watermark of
+    ``source`` (default ``df``: a ``dropDuplicates`` over it that passes no row), ``"none"``
+    never (``df`` as is).
 
-    For a ``foreachBatch`` query whose function calls stateengine: apply it to the stream
-    before ``writeStream`` so that the function is also called for the quiet triggers."""
+    The stateful steps add it themselves (their ``no_data_batches=``). In a ``foreachBatch``
+    query whose function calls them, apply it to the stream before ``writeStream`` so that the
+    function also runs on the quiet triggers. Either branch adds a source to the query, which
+    Spark refuses when a query that ran without it restarts."""
     check_kind(kind)
     if kind == "auto":
         raise ValueError("with_no_data_batches needs 'processing_time', 'event_time' or 'none'")
