@@ -1,8 +1,8 @@
 """User code for tests/test_spark_quiet_streams.py (a module, so that Spark's Python workers
 import it by name): a heartbeat timeout per key (a processing-time timer HEARTBEAT_MS after the
 batch of the key's last event) and an event-time timeout (a timer 2 s after the key's latest
-event time), as apply_with_state functions, as StatefulProcessors (pyspark >= 4.0) and, for
-the comparison on Spark 3.5, as Spark's own applyInPandasWithState function.
+event time), as apply_with_state functions, as StatefulProcessors (pyspark >= 4.0) and as
+functions of Spark's own applyInPandasWithState (every supported Spark).
 
 Every output row carries the batch timestamp (or watermark) it was produced at, so the tests
 can tell which batch produced it."""
@@ -52,32 +52,29 @@ def event_gap_timeout(key: Any, timer: Any, ctx: Any) -> list[tuple]:
 
 def spark_heartbeat(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any
                     ) -> Iterator[pd.DataFrame]:
-    """heartbeat with Spark's processing-time timeout."""
+    """A processing-time timeout HEARTBEAT_MS after the key's last batch. The tests look at
+    the batches Spark runs for it; it writes no rows."""
     if state.hasTimedOut:
         state.remove()
-        yield pd.DataFrame({"key": [key[0]], "kind": ["timeout"], "at": [-1],
-                            "batch_ts": [state.getCurrentProcessingTimeMs()]})
-        return
-    for _ in pdfs:
-        pass
-    state.update((state.getCurrentProcessingTimeMs(),))
-    state.setTimeoutDuration(HEARTBEAT_MS)
-
+    else:
+        for _ in pdfs:
+            pass
+        state.update((state.getCurrentProcessingTimeMs(),))
+        state.setTimeoutDuration(HEARTBEAT_MS)
+    return iter(())
 
 
 def spark_event_gap(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any
                     ) -> Iterator[pd.DataFrame]:
+    """An event-time timeout GAP_MS after the key's latest event (no rows, as above)."""
     if state.hasTimedOut:
         state.remove()
-        yield pd.DataFrame({"key": [key[0]], "kind": ["timeout"], "at": [-1],
-                            "watermark": [state.getCurrentWatermarkMs()]})
-        return
-    latest = max(int(pdf["ts"].max().value // 1_000_000) for pdf in pdfs)
-    state.update((latest,))
-    # Spark refuses a timeout before the current watermark (a late key's)
-    state.setTimeoutTimestamp(max(latest + GAP_MS, state.getCurrentWatermarkMs() + 1))
-    yield pd.DataFrame({"key": [key[0]], "kind": ["event"], "at": [latest + GAP_MS],
-                        "watermark": [state.getCurrentWatermarkMs()]})
+    else:
+        latest = max(int(pdf["ts"].max().value // 1_000_000) for pdf in pdfs)
+        state.update((latest,))
+        # Spark refuses a timeout before the current watermark (a late key's)
+        state.setTimeoutTimestamp(max(latest + GAP_MS, state.getCurrentWatermarkMs() + 1))
+    return iter(())
 
 
 # ---- StatefulProcessors ---------------------------------------------------------------------
@@ -96,8 +93,8 @@ if StatefulProcessor is not None:
             self.handle = handle
             self.timeout = handle.getValueState("timeout", "at long")
 
-        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                            timerValues: Any) -> Iterator[pd.DataFrame]:
+        def _moved(self, key: Any, rows: Iterator[Any], timerValues: Any) -> dict:
+            """Moves the key's timeout; the event row's values."""
             for _ in rows:
                 pass
             if self.timeout.exists():
@@ -105,42 +102,32 @@ if StatefulProcessor is not None:
             now = timerValues.getCurrentProcessingTimeInMs()
             self.handle.registerTimer(now + HEARTBEAT_MS)
             self.timeout.update((now + HEARTBEAT_MS,))
-            yield pd.DataFrame({"key": [key[0]], "kind": ["event"], "at": [now + HEARTBEAT_MS],
-                                "batch_ts": [now]})
+            return {"key": key[0], "kind": "event", "at": now + HEARTBEAT_MS, "batch_ts": now}
+
+        def _fired(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> dict:
+            self.timeout.clear()
+            return {"key": key.key, "kind": "timeout",
+                    "at": expiredTimerInfo.getExpiryTimeInMs(),
+                    "batch_ts": timerValues.getCurrentProcessingTimeInMs()}
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                            timerValues: Any) -> Iterator[pd.DataFrame]:
+            yield pd.DataFrame([self._moved(key, rows, timerValues)])
 
         def handleExpiredTimer(self, key: Any, timerValues: Any,
                                expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-            self.timeout.clear()
-            yield pd.DataFrame({"key": [key.key], "kind": ["timeout"],
-                                "at": [expiredTimerInfo.getExpiryTimeInMs()],
-                                "batch_ts": [timerValues.getCurrentProcessingTimeInMs()]})
+            yield pd.DataFrame([self._fired(key, timerValues, expiredTimerInfo)])
 
         def close(self) -> None:
             pass
 
-    class RowHeartbeat(StatefulProcessor):
+    class RowHeartbeat(Heartbeat):
         """The same in the Row flavour (transformWithState)."""
-
-        def init(self, handle: Any) -> None:
-            self.handle = handle
-            self.timeout = handle.getValueState("timeout", "at long")
 
         def handleInputRows(self, key: Any, rows: Iterator[Any],
                             timerValues: Any) -> Iterator[Any]:
-            for _ in rows:
-                pass
-            if self.timeout.exists():
-                self.handle.deleteTimer(self.timeout.get()[0])
-            now = timerValues.getCurrentProcessingTimeInMs()
-            self.handle.registerTimer(now + HEARTBEAT_MS)
-            self.timeout.update((now + HEARTBEAT_MS,))
-            yield Row(key=key[0], kind="event", at=now + HEARTBEAT_MS, batch_ts=now)
+            yield Row(**self._moved(key, rows, timerValues))
 
         def handleExpiredTimer(self, key: Any, timerValues: Any,
                                expiredTimerInfo: Any) -> Iterator[Any]:
-            self.timeout.clear()
-            yield Row(key=key.key, kind="timeout", at=expiredTimerInfo.getExpiryTimeInMs(),
-                      batch_ts=timerValues.getCurrentProcessingTimeInMs())
-
-        def close(self) -> None:
-            pass
+            yield Row(**self._fired(key, timerValues, expiredTimerInfo))
