@@ -43,6 +43,7 @@ from ..times import to_millis
 from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .metrics import internal_schema, metrics_frame, observe_state, tagged
+from .no_data_batches import attach, auto_for_apply
 from .frames import RowSlices
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
@@ -300,7 +301,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                      bottommost_bloom_filters: bool = False,
                      allow_pickle: bool = False,
                      batch_timestamp_ms: Any = None,
-                     query_checkpoint: str | None = None) -> DataFrame:
+                     query_checkpoint: str | None = None,
+                     no_data_batches: str = "auto") -> DataFrame:
     """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs. ``rows`` is
     the key's rows of the batch as a pandas DataFrame indexed 0..n-1 (as Spark's grouped
     pandas functions get them).
@@ -331,6 +333,12 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
     which a replayed batch must repeat (Spark's batchTimestampMs does). Without it the TTL
     clock is the batch's processing time (``processing_time``, or Spark's from the offset log
     with ``query_checkpoint``); with neither, states with TTL raise TtlTimeNotSetError.
+
+    ``no_data_batches`` (streaming only) decides which micro-batches without data Spark runs
+    for the step, so that timers fire while the input is quiet: ``"auto"`` none without
+    ``on_timer``, else those after the watermark moved when ``df`` carries a watermark
+    (``withWatermark``) and one at every trigger when it does not; or ``"processing_time"``,
+    ``"event_time"``, ``"none"`` (see ``with_no_data_batches``).
     """
     out = _schema(df, schema)
     cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
@@ -376,7 +384,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
         except OutputSchemaError as e:
             raise site.output_error(func, e) from None
 
-    return run_stateful(df, cfg, out, body, grouped=True)
+    return attach(run_stateful(df, cfg, out, body, grouped=True), df, no_data_batches,
+                  auto_for_apply(df, on_timer is not None))
 
 
 def map_with_state(df: DataFrame, key: str | Sequence[str],
@@ -391,13 +400,16 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                    bottommost_bloom_filters: bool = False,
                    allow_pickle: bool = False,
                    batch_timestamp_ms: Any = None,
-                   query_checkpoint: str | None = None) -> DataFrame:
+                   query_checkpoint: str | None = None,
+                   no_data_batches: str = "auto") -> DataFrame:
     """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
     handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
     Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
     ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling, ``allow_pickle`` and
     ``batch_timestamp_ms`` (the TTL clock) behave as in ``apply_with_state``; a partition
-    without rows commits its version without calling ``func``."""
+    without rows commits its version without calling ``func``, so ``no_data_batches``
+    (``"auto"``) adds no batches; ``"processing_time"`` or ``"event_time"`` add them anyway.
+    """
     out = _schema(df, schema)
     cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
                       num_partitions=num_partitions, max_parallelism=max_parallelism,
@@ -421,4 +433,4 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
         except OutputSchemaError as e:
             raise site.output_error(func, e) from None
 
-    return run_stateful(df, cfg, out, body, grouped=False)
+    return attach(run_stateful(df, cfg, out, body, grouped=False), df, no_data_batches, "none")

@@ -49,6 +49,7 @@ from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_f
 from .frames import RowSlices, column_arrays
 from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
     tagged_arrow
+from .no_data_batches import attach, auto_for_processor, watermark_columns
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for, key_columns, \
     quote, route
@@ -58,7 +59,6 @@ from .user_errors import NO_KEY, CallSite
 OUTPUT_MODES = ("append", "update")
 EVENT_COL = "__se_event_us"  # the event time in microseconds, for dropping late rows
 WATERMARK_STATE = "tws-watermark"  # operator state: the watermark of the last batch
-WATERMARK_METADATA = "spark.watermarkDelayMs"  # what withWatermark puts on its column
 _FLUSH_ROWS = 16_384
 _DDL_SCHEMAS: dict[str, T.StructType] = {}  # DDL text -> schema, parsed once per driver
 
@@ -201,7 +201,7 @@ def _event_time_column(df: DataFrame, given: str | None) -> str | None:
             raise ValueError(f"event_time_column '{given}' is not a column of the DataFrame "
                              f"(columns: {', '.join(df.columns)})")
         return given
-    marked = [f.name for f in df.schema.fields if WATERMARK_METADATA in (f.metadata or {})]
+    marked = watermark_columns(df)
     return marked[0] if len(marked) == 1 else None
 
 
@@ -229,7 +229,7 @@ def transform_with_state_in_pandas(
         event_time_column: str | None = None, num_partitions: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
         min_versions_to_retain: int = 10, local_dir: str | None = None,
-        memory_budget_mb: int | None = None) -> DataFrame:
+        memory_budget_mb: int | None = None, no_data_batches: str = "auto") -> DataFrame:
     """Runs a ``StatefulProcessor`` written for Spark's ``transformWithStateInPandas`` on
     stateengine state; returns its output rows (``output_schema``).
 
@@ -244,12 +244,17 @@ def transform_with_state_in_pandas(
     (default: the same column names). ``event_time_column`` (default: the column
     ``withWatermark`` marked) drops late rows in EventTime, as Spark does. State lives in
     ``checkpoint`` under ``operator_id``; the remaining arguments are ``apply_with_state``'s.
+    ``no_data_batches`` (streaming only) decides which micro-batches without data Spark runs
+    for the step: ``"auto"`` those it runs for its own operator in ``time_mode`` (every trigger
+    in ProcessingTime, after the watermark moved in EventTime, none in None), or
+    ``"processing_time"``, ``"event_time"``, ``"none"`` (see ``with_no_data_batches``).
     """
-    return _transform(df, processor, grouping, output_schema, checkpoint, "pandas", time_mode,
-                      output_mode, batch_id, watermark, processing_time, query_checkpoint,
-                      initial_state, initial_state_grouping, event_time_column, num_partitions,
-                      max_parallelism, operator_id, min_versions_to_retain, local_dir,
-                      memory_budget_mb)
+    out = _transform(df, processor, grouping, output_schema, checkpoint, "pandas", time_mode,
+                     output_mode, batch_id, watermark, processing_time, query_checkpoint,
+                     initial_state, initial_state_grouping, event_time_column, num_partitions,
+                     max_parallelism, operator_id, min_versions_to_retain, local_dir,
+                     memory_budget_mb)
+    return attach(out, df, no_data_batches, auto_for_processor(time_mode))
 
 
 def transform_with_state(
@@ -262,15 +267,16 @@ def transform_with_state(
         event_time_column: str | None = None, num_partitions: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
         min_versions_to_retain: int = 10, local_dir: str | None = None,
-        memory_budget_mb: int | None = None) -> DataFrame:
+        memory_budget_mb: int | None = None, no_data_batches: str = "auto") -> DataFrame:
     """Runs a ``StatefulProcessor`` written for Spark's ``transformWithState`` (Row flavour:
     ``handleInputRows(key, rows: Iterator[Row], timerValues)`` yielding ``Row``s) on
     stateengine state. Arguments as in ``transform_with_state_in_pandas``."""
-    return _transform(df, processor, grouping, output_schema, checkpoint, "row", time_mode,
-                      output_mode, batch_id, watermark, processing_time, query_checkpoint,
-                      initial_state, initial_state_grouping, event_time_column, num_partitions,
-                      max_parallelism, operator_id, min_versions_to_retain, local_dir,
-                      memory_budget_mb)
+    out = _transform(df, processor, grouping, output_schema, checkpoint, "row", time_mode,
+                     output_mode, batch_id, watermark, processing_time, query_checkpoint,
+                     initial_state, initial_state_grouping, event_time_column, num_partitions,
+                     max_parallelism, operator_id, min_versions_to_retain, local_dir,
+                     memory_budget_mb)
+    return attach(out, df, no_data_batches, auto_for_processor(time_mode))
 
 
 def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
