@@ -63,9 +63,11 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def key_codecs_for(df: DataFrame, cols: list[str]) -> tuple[int, ...]:
-    """Engine key codecs for the Spark types of the key columns (their hash() rules)."""
-    fields = {f.name: f.dataType for f in df.schema.fields}
+def key_codecs_for(df: DataFrame | T.StructType, cols: list[str]) -> tuple[int, ...]:
+    """Engine key codecs for the Spark types of the key columns (their hash() rules), given
+    the DataFrame or its schema."""
+    schema = df if isinstance(df, T.StructType) else df.schema
+    fields = {f.name: f.dataType for f in schema.fields}
     out = []
     for c in cols:
         if c not in fields:
