@@ -411,3 +411,91 @@ class FrameSizes(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+# ---- where pyspark's TwsTester differs from Spark (tests/test_tws_tester.py) ----------------
+
+def _log_init(folder: str) -> None:
+    import os
+    import uuid
+
+    with open(os.path.join(folder, f"init-{uuid.uuid4().hex}"), "w"):
+        pass
+
+
+class TesterProbe(StatefulProcessor):
+    """ProcessingTime. Per key and batch: how many handleInputRows calls this processor
+    object has seen (a fresh copy per task in Spark), a TTL'd value written in the previous
+    batch (1 ms TTL), whether a map whose only entry was removed exists, and a timer registered
+    in the past. Every init() leaves a file in ``folder``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.calls = 0
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        _log_init(self.folder)
+        self.handle = handle
+        self.short = handle.getValueState("short", "n long", 1)
+        self.map = handle.getMapState("map", "k long", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        n = sum(len(p) for p in rows)
+        self.calls += 1
+        now = timerValues.getCurrentProcessingTimeInMs()
+        previous = self.short.get()
+        self.short.update((n,))
+        self.map.updateValue((1,), (n,))
+        self.map.removeKey((1,))
+        self.handle.registerTimer(now - 1)  # in the past
+        yield pd.DataFrame({"key": [key[0]], "kind": ["input"], "calls": [self.calls],
+                            "ttl_value": [json.dumps(previous)],
+                            "map_exists": [self.map.exists()]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        yield pd.DataFrame({"key": [key[0]], "kind": ["timer"], "calls": [self.calls],
+                            "ttl_value": [None], "map_exists": [None]})
+
+    def close(self) -> None:
+        pass
+
+
+TESTER_PROBE_OUT = "key string, kind string, calls long, ttl_value string, map_exists boolean"
+
+
+class TesterEventTime(StatefulProcessor):
+    """EventTime. Reports the event times each batch hands it (late rows dropped) and the
+    watermark, and registers a timer at its latest event plus 1 s; key ``d`` first deletes
+    its timers, key ``p`` also registers one at the current watermark (already due); timers
+    report when they fire."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        times = sorted(int(t.timestamp() * 1000) for p in rows for t in p["ts"])
+        wm = timerValues.getCurrentWatermarkInMs()
+        if key[0] == "d":
+            for ts in list(self.handle.listTimers()):
+                self.handle.deleteTimer(ts)
+        if times:
+            self.handle.registerTimer(times[-1] + 1000)
+        if key[0] == "p" and wm > 0:
+            self.handle.registerTimer(wm)
+        yield pd.DataFrame({"key": [key[0]], "kind": ["input"], "watermark": [wm],
+                            "info": [json.dumps(times)]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        yield pd.DataFrame({"key": [key[0]], "kind": ["timer"],
+                            "watermark": [timerValues.getCurrentWatermarkInMs()],
+                            "info": [str(expiredTimerInfo.getExpiryTimeInMs())]})
+
+    def close(self) -> None:
+        pass
+
+
+TESTER_EVENT_OUT = "key string, kind string, watermark long, info string"
