@@ -4,7 +4,7 @@ Three ValueStates on one backend, each holding ``setup_keys`` keys, flushed and 
 
 * ``int64``: ``value_type=int`` (BIGINT codec), the fastest state there is: the reference;
 * ``struct3``: ``"count long, last string, score double"``, a row of three fields;
-* ``array``: ``"count long, last string, seen array<long>"`` (the README's example), three
+* ``array``: ``"count long, last string, seen array<long>"`` (the example of docs/concepts/typed-state.md), three
   longs in the array.
 
 Batch cases time ``get_many(keys)`` and ``put_many(keys, values)`` over ``batch_rows``

@@ -169,6 +169,8 @@ cdef class NativeBackend:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` (or ``dispose()``) began; every call raises
+        BackendClosedError from then on."""
         return self._closed
 
     def _ensure_open(self) -> None:
@@ -255,10 +257,12 @@ cdef class NativeBackend:
 
     @property
     def key_codecs(self):
+        """The codec ids of the key columns, or None while the key type is not fixed."""
         return self._key_codecs if self._has_schema else None
 
     @property
     def key_is_tuple(self) -> bool:
+        """Whether keys are tuples (several key columns)."""
         return self._key_is_tuple
 
     def _on_first_key(self, key):  # overridden by the facade
@@ -330,6 +334,7 @@ cdef class NativeBackend:
         return self._current_key
 
     def get_current_key_group(self) -> int:
+        """The key group of the current key (NoCurrentKeyError before set_current_key)."""
         self.check_key()
         return self._builder.get().key_group()
 

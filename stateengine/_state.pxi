@@ -34,7 +34,9 @@ cdef class NativeState:
     cdef bint _ttl  # the state has TTL: StateDB stamps, checks and strips (csrc/ttl.h)
     cdef RowCodec _vrow     # the value schema of a typed state (kStruct), else None
     cdef readonly object descriptor
+    """The descriptor this state was registered with."""
     cdef readonly str name
+    """The state's name."""
 
     def _bind(self, NativeBackend backend, int cf, descriptor, int value_codec, int ns_codec):
         self._backend = backend
@@ -57,6 +59,7 @@ cdef class NativeState:
 
     @property
     def column_family(self) -> int:
+        """The index of this state's RocksDB column family in its backend."""
         return self._cf
 
     def set_current_namespace(self, namespace) -> None:
@@ -71,6 +74,7 @@ cdef class NativeState:
         self._namespace = namespace
 
     def get_current_namespace(self):
+        """The namespace set by the last ``set_current_namespace`` (None: the default one)."""
         return self._namespace
 
     cdef const string* _key(self) except NULL:
@@ -429,6 +433,8 @@ cdef class NativeAggregatingState(NativeState):
         return None
 
     def add(self, value) -> None:
+        """Adds value to the accumulator (AggregateFunction.add): a merge for native
+        aggregates, else read-modify-write."""
         cdef const string* key
         cdef CPinnableSlice pin
         if value is None:
@@ -524,6 +530,7 @@ cdef class NativeMapState(NativeState):
         return None
 
     def put(self, user_key, value) -> None:
+        """Maps user_key to value for the current key and namespace."""
         self._val.clear()
         _encode_map_value(self, value, &self._val)
         self._put(self._entry_key(user_key), &self._val)
@@ -551,10 +558,12 @@ cdef class NativeMapState(NativeState):
         check_status(st)
 
     def contains(self, user_key) -> bool:
+        """Whether the map of the current key and namespace has user_key."""
         cdef CPinnableSlice pin
         return self._get(self._entry_key(user_key), &pin) == 1
 
     def remove(self, user_key) -> None:
+        """Removes user_key's entry (nothing happens if there is none)."""
         self._delete(self._entry_key(user_key))
 
     def clear(self) -> None:
@@ -570,6 +579,7 @@ cdef class NativeMapState(NativeState):
         check_status(st)
 
     def is_empty(self) -> bool:
+        """Whether the map of the current key and namespace has no entry."""
         prefix = self._prefix()
         if self._ttl:  # what reads see: expired entries do not count (NeverReturnExpired)
             return not self._backend._new_cursor(self._cf, prefix, _successor(prefix),
@@ -588,6 +598,7 @@ cdef class NativeMapState(NativeState):
         return self._iter(prefix, prefix, _successor(prefix), False, ENTRIES)
 
     def items(self):
+        """The same as entries(), as a dict names it."""
         return self.entries()
 
     def keys(self):

@@ -7,7 +7,7 @@ directory, which is why the write-ahead log is off.
 
 A backend is used by one thread at a time (like a Flink task); snapshots run their
 asynchronous part on another thread without touching the current key. Other threads may still
-call it, and may close it while calls run: see "Thread model" in the README.
+call it, and may close it while calls run: see docs/reliability/thread-model.md.
 """
 
 from __future__ import annotations
@@ -174,14 +174,17 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def max_parallelism(self) -> int:
+        """The number of key groups (fixed for the life of the state)."""
         return self._max_parallelism
 
     @property
     def key_group_range(self) -> KeyGroupRange:
+        """The key groups this backend owns."""
         return self._range
 
     @property
     def path(self) -> str:
+        """The local working directory (absolute)."""
         return self._path
 
     @property
@@ -195,6 +198,7 @@ class KeyedStateBackend(_native.NativeBackend):
         return [n for n in list(self._cf_index) if not n.startswith("__")]  # one atomic copy
 
     def state_meta(self, name: str) -> dict:
+        """The stored meta of state ``name`` (see ``StateDescriptor.meta``)."""
         meta = self._cf_metas.get(name)
         if meta is None:
             raise UnknownStateError(self._unknown(name))
@@ -204,10 +208,13 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def staging_dir(self) -> str:
+        """Scratch directory of snapshots under construction (checkpoint layer)."""
         return self._staging_dir
 
     @property
     def checkpoint_dir(self) -> str:
+        """Where RocksDB checkpoints (hard links of the live files) are made (checkpoint
+        layer)."""
         return self._checkpoint_dir
 
     def column_families(self) -> list[tuple[str, int]]:
@@ -216,17 +223,21 @@ class KeyedStateBackend(_native.NativeBackend):
         return sorted(self._cf_index.items(), key=lambda item: item[1])
 
     def column_family(self, name: str) -> int:
+        """The column family index of state ``name`` (UnknownStateError if none)."""
         cf = self._cf_index.get(name)
         if cf is None:
             raise UnknownStateError(self._unknown(name))
         return cf
 
     def track_snapshot(self, snap: AsyncSnapshot[Any]) -> AsyncSnapshot[Any]:
+        """Registers a running snapshot, which ``close()`` cancels and waits for."""
         self._pending = {s for s in self._pending if not s.done()}
         self._pending.add(snap)
         return snap
 
     def adopt_checkpoint(self, handle: IncrementalHandle) -> None:
+        """Takes a restored checkpoint as the last confirmed one, so the next incremental
+        checkpoint reuses its files."""
         self._checkpointer.adopt(handle)
 
     def _internal_cf(self, name: str, meta: dict) -> int:
@@ -257,6 +268,8 @@ class KeyedStateBackend(_native.NativeBackend):
 
     def check_restored_layout(self, max_parallelism: int, key_codecs: Any, key_is_tuple: bool,
                               source: str) -> None:
+        """Refuses restored data written with another max parallelism or key type
+        (IncompatibleStateError naming ``source``); fixes the key type if none is set yet."""
         if max_parallelism != self._max_parallelism:
             raise IncompatibleStateError(
                 f"{source} was written with max_parallelism {max_parallelism}, the backend has "
@@ -458,6 +471,9 @@ class KeyedStateBackend(_native.NativeBackend):
 
     @property
     def num_retained_checkpoints(self) -> int | None:
+        """How many confirmed incremental checkpoints are kept (None: all); setting it
+        deletes older ones (files this backend uploaded and no retained checkpoint
+        references)."""
         return self._checkpointer.num_retained
 
     @num_retained_checkpoints.setter

@@ -30,6 +30,8 @@ MAX_STATE_NAME_BYTES = 1024
 
 
 class StateKind(str, Enum):
+    """The kind of a state; its value is the name stored in snapshot metas."""
+
     VALUE = "value"
     LIST = "list"
     MAP = "map"
@@ -98,7 +100,7 @@ class StateDescriptor:
     ``value_type`` may be a Spark schema: a DDL string (``"count long, last string, seen
     array<long>"``) or a pyspark ``DataType`` such as a ``StructType``. Values are then tuples
     (or pyspark Rows, or dicts keyed by field name) of that schema, stored by the typed row
-    codec; ``value()`` returns tuples. See the README's "Typed state".
+    codec; ``value()`` returns tuples. See docs/concepts/typed-state.md.
 
     ``ttl`` (a StateTtlConfig) gives the state a time-to-live (stateengine/ttl.py)."""
 
@@ -121,6 +123,8 @@ class StateDescriptor:
         return (MergeKind.NONE, 0, 0)
 
     def meta(self) -> dict[str, Any]:
+        """What a snapshot records about this state (kind, codecs, merge operator,
+        function, TTL, schemas); restores check descriptors against it."""
         kind, op, _ = self.merge_spec()
         meta: dict[str, Any] = {
             "name": self.name,
@@ -169,6 +173,7 @@ class ListStateDescriptor(StateDescriptor):
     kind = StateKind.LIST
 
     def merge_spec(self) -> tuple[int, int, int]:
+        """The list append merge operator."""
         return (MergeKind.LIST, 0, 0)
 
 
@@ -228,6 +233,7 @@ class ReducingStateDescriptor(StateDescriptor):
             _check_native_codec(name, self.value_codec, reduce_function)
 
     def merge_spec(self) -> tuple[int, int, int]:
+        """The native numeric merge operator for native functions, else none."""
         if self.native:
             return (MergeKind.NUMERIC, self.reduce_function.op, int(self.value_codec))
         return (MergeKind.NONE, 0, 0)
@@ -255,6 +261,7 @@ class AggregatingStateDescriptor(StateDescriptor):
             _check_native_codec(name, self.value_codec, aggregate_function)
 
     def merge_spec(self) -> tuple[int, int, int]:
+        """The native numeric merge operator for native functions, else none."""
         if self.native:
             return (MergeKind.NUMERIC, self.aggregate_function.op, int(self.value_codec))
         return (MergeKind.NONE, 0, 0)

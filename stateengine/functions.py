@@ -20,16 +20,20 @@ class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
     """
 
     @abstractmethod
-    def create_accumulator(self) -> ACC: ...
+    def create_accumulator(self) -> ACC:
+        """A new, empty accumulator (the start of every key and namespace)."""
 
     @abstractmethod
-    def add(self, value: IN, accumulator: ACC) -> ACC: ...
+    def add(self, value: IN, accumulator: ACC) -> ACC:
+        """Folds one input into the accumulator and returns the accumulator to store."""
 
     @abstractmethod
-    def get_result(self, accumulator: ACC) -> OUT: ...
+    def get_result(self, accumulator: ACC) -> OUT:
+        """What ``get()`` returns for an accumulator."""
 
     @abstractmethod
-    def merge(self, a: ACC, b: ACC) -> ACC: ...
+    def merge(self, a: ACC, b: ACC) -> ACC:
+        """Two accumulators combined into one."""
 
 
 class NativeOp:

@@ -55,9 +55,11 @@ class KeyGroupRange:
 
     @classmethod
     def all(cls, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> "KeyGroupRange":
+        """Every key group, 0 to max_parallelism - 1."""
         return cls(0, check_max_parallelism(max_parallelism) - 1)
 
     def contains(self, key_group: int) -> bool:
+        """Whether key_group lies in the range (also ``key_group in range``)."""
         return self.start <= key_group <= self.end
 
     __contains__ = contains
@@ -69,10 +71,12 @@ class KeyGroupRange:
         return iter(range(self.start, self.end + 1))
 
     def intersection(self, other: "KeyGroupRange") -> "KeyGroupRange":
+        """The key groups in both ranges (an empty range when they do not overlap)."""
         start, end = max(self.start, other.start), min(self.end, other.end)
         return KeyGroupRange(start, end) if start <= end else KeyGroupRange(start, start - 1)
 
     def is_empty(self) -> bool:
+        """Whether the range holds no key group."""
         return self.end < self.start
 
     def __str__(self) -> str:

@@ -140,6 +140,8 @@ class StateMetrics:
 
     @property
     def totals(self) -> dict[str, Any]:
+        """Sums over the partitions, the slowest partition's times, and ``loads`` (how many
+        partitions were empty, restored or reused)."""
         return summarize(self.partitions)
 
     @property
@@ -148,6 +150,7 @@ class StateMetrics:
         return spark_summary(self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
+        """Everything as plain JSON-able types (what ``stateengine stats --json`` prints)."""
         return {"operator": self.operator, "version": self.version,
                 "num_partitions": self.num_partitions,
                 "partitions": {str(p): m for p, m in sorted(self.partitions.items())},

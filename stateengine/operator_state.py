@@ -72,9 +72,12 @@ class OperatorListState:
             raise IllegalStoreStateError(self._owner._sealed)
 
     def get(self) -> list[Any]:
+        """A copy of the elements."""
         return list(self._elements)
 
     def add(self, value: Any) -> None:
+        """Appends one element (not None; a value the snapshot format cannot store is
+        refused now)."""
         self._check_writable()
         if value is None:
             raise ValueError(f"operator list state '{self.name}' does not accept None")
@@ -82,6 +85,7 @@ class OperatorListState:
         self._elements.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
+        """Appends every element, or none of them when one is refused."""
         self._check_writable()
         values = list(values)
         if any(v is None for v in values):
@@ -90,6 +94,7 @@ class OperatorListState:
         self._elements.extend(values)
 
     def update(self, values: Iterable[Any]) -> None:
+        """Replaces the elements, or leaves them when one of the new ones is refused."""
         self._check_writable()
         values = list(values)
         if any(v is None for v in values):
@@ -98,6 +103,7 @@ class OperatorListState:
         self._elements = values
 
     def clear(self) -> None:
+        """Removes every element."""
         self._check_writable()
         self._elements = []
 
@@ -125,9 +131,11 @@ class OperatorStateBackend:
 
     @property
     def state_names(self) -> list[str]:
+        """The names of the registered operator states."""
         return list(self._states)
 
     def is_empty(self) -> bool:
+        """Whether no operator state is registered."""
         return not self._states
 
     def snapshot_bytes(self) -> bytes:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 
 class StoreState(str, Enum):
+    """Where a StateStore is in its life: UPDATING until ``commit()`` (COMMITTED) or
+    ``abort()`` (ABORTED); a finished store refuses further writes."""
+
     UPDATING = "UPDATING"
     COMMITTED = "COMMITTED"
     ABORTED = "ABORTED"
@@ -223,6 +226,8 @@ class StateStore:
 
     @property
     def backend(self) -> KeyedStateBackend:
+        """The partition's backend (set its current key, reach its timers and operator
+        state)."""
         return self._backend
 
     @overload
@@ -246,6 +251,7 @@ class StateStore:
 
     @property
     def has_committed(self) -> bool:
+        """Whether ``commit()`` succeeded."""
         return self.state is StoreState.COMMITTED
 
     def _refuse(self, action: str) -> None:

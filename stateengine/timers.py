@@ -93,6 +93,9 @@ class _Firing:
 
 @dataclass(frozen=True)
 class Timer:
+    """A fired timer, as ``advance_watermark`` / ``advance_processing_time`` yield it: its
+    time in ms, its key (the backend's current key while it is handled) and namespace."""
+
     timestamp: int
     key: Any
     namespace: Any
@@ -119,10 +122,12 @@ class TimerService:
 
     @property
     def current_watermark(self) -> int:
+        """The highest watermark advanced to so far (ms; the minimum int64 before any)."""
         return self._watermark
 
     @property
     def current_processing_time(self) -> int:
+        """The highest processing time advanced to so far (ms; as current_watermark)."""
         return self._processing_time
 
     def register_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
@@ -130,12 +135,15 @@ class TimerService:
         self._put(EVENT_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, False)
 
     def delete_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
+        """Removes the current key's event-time timer at timestamp (if registered)."""
         self._put(EVENT_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, True)
 
     def register_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
+        """Fires when the processing time reaches timestamp, for the current key."""
         self._put(PROCESSING_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, False)
 
     def delete_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
+        """Removes the current key's processing-time timer at timestamp (if registered)."""
         self._put(PROCESSING_TIME_CF, _ts(timestamp, self.naive_time_zone), namespace, True)
 
     def _put(self, name: str, timestamp: int, namespace: Any, delete: bool) -> None:
@@ -239,12 +247,15 @@ class TimerService:
         return _native.timer_next_timestamp(self._backend, self._cf(EVENT_TIME_CF))
 
     def next_processing_time(self) -> int | None:
+        """Timestamp of the earliest processing-time timer, or None."""
         return _native.timer_next_timestamp(self._backend, self._cf(PROCESSING_TIME_CF))
 
     def num_event_time_timers(self) -> int:
+        """How many event-time timers are registered, over every key."""
         return self._backend._native_count(self._cf(EVENT_TIME_CF))
 
     def num_processing_time_timers(self) -> int:
+        """How many processing-time timers are registered, over every key."""
         return self._backend._native_count(self._cf(PROCESSING_TIME_CF))
 
 

@@ -83,10 +83,13 @@ class StateTtlConfig:
 
     @property
     def update_on_read(self) -> bool:
+        """Whether reads restart an entry's TTL too (``OnReadAndWrite``)."""
         return self.update_type is UpdateType.OnReadAndWrite
 
     @property
     def return_expired(self) -> bool:
+        """Whether an expired entry not yet cleaned up is still returned, once
+        (``ReturnExpiredIfNotCleanedUp``)."""
         return self.state_visibility is StateVisibility.ReturnExpiredIfNotCleanedUp
 
     @staticmethod

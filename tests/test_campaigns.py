@@ -1,5 +1,5 @@
-"""The reliability campaigns at a small size (tests/campaigns/; the README's Reliability
-section has the full-size figures and commands).
+"""The reliability campaigns at a small size (tests/campaigns/; docs/reliability/campaigns.md
+has the full-size figures and commands).
 
 * corruption: random bit flips, truncations, splices, structured edits and removals of every
   kind of checkpoint file, each load in a child process under a 2 GiB address-space limit:

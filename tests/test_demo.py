@@ -1,4 +1,5 @@
-"""The main job runs as the README says, and a second run resumes where the first stopped."""
+"""The main job runs as docs/getting-started.md says, and a second run resumes where the first
+stopped."""
 
 import os
 import re

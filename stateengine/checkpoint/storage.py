@@ -183,6 +183,7 @@ class CheckpointStorage:
         return fn() if self.retrier is None else self.retrier.call(what, fn)
 
     def full_path(self, rel: str) -> str:
+        """rel (a path relative to the checkpoint root) as a path of the file system."""
         return f"{self.root}/{rel}" if rel else self.root
 
     def describe(self, rel: str) -> str:
@@ -220,9 +221,11 @@ class CheckpointStorage:
         return self._call(f"looking up {self.describe(rel)}", lambda: self.fs.get_file_info(full))
 
     def exists(self, rel: str) -> bool:
+        """Whether a file or directory exists at rel."""
         return self._info(rel).type != pafs.FileType.NotFound
 
     def is_dir(self, rel: str) -> bool:
+        """Whether rel is a directory."""
         return self._info(rel).type == pafs.FileType.Directory
 
     def list_dir(self, rel: str) -> "list[pafs.FileInfo | LocalEntry]":
@@ -496,9 +499,13 @@ class CheckpointStorage:
     # ---- deletes ---------------------------------------------------------------------------
 
     def delete_file(self, rel: str) -> None:
+        """Deletes the file at rel; a failure is given up on quietly (deletes are
+        maintenance)."""
         self._delete_quietly(self.resolve(rel))
 
     def delete_dir(self, rel: str) -> None:
+        """Deletes the directory at rel with its contents (never the root); quietly, as
+        ``delete_file``."""
         full = self.resolve(rel)
         if full == self.root:
             raise ValueError("refusing to delete the checkpoint root")

@@ -44,6 +44,7 @@ class _BaseContext:
 
     @property
     def backend(self) -> Any:
+        """The partition's KeyedStateBackend (what the handles read and write)."""
         return self._task.backend
 
 

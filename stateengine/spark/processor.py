@@ -8,8 +8,8 @@ rows: Iterator[pandas.DataFrame], timerValues)``), ``transform_with_state`` one 
 processor over its keys and commits version ``batch_id + 1``. On a streaming DataFrame the
 result is a streaming DataFrame whose tasks take their batch from Spark (see ``batch.py``).
 
-What a task does, in the order Spark's own operator does it (README, "Coming from
-transformWithState"):
+What a task does, in the order Spark's own operator does it
+(docs/coming-from-transformwithstate/index.md, "How Spark runs a processor"):
 
 1. ``init(handle)`` on a fresh copy of the processor (each task deserializes its own);
 2. in the operator's first batch only, ``handleInitialState`` for every key of the initial

@@ -1,2 +1,2 @@
 """Long-running reliability campaigns, run small by the test suite and at full size from the
-command line (see each module's docstring and the README's Reliability section)."""
+command line (see each module's docstring and docs/reliability/campaigns.md)."""
