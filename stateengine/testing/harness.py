@@ -96,6 +96,7 @@ class Harness:
 
     @property
     def key_codecs(self) -> tuple[int, ...]:
+        """The engine's key codecs of the grouping columns (their Spark types' hash rules)."""
         if self.input_schema is None:
             raise ValueError("the input's schema is not known yet: pass input_schema= to the "
                              "harness (or run a batch with rows first) before using state by key")
