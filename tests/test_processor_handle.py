@@ -247,3 +247,31 @@ def test_a_deleted_list_or_map_reads_as_empty_and_raises_elsewhere_as_in_spark(h
                        ("Map", lambda: m.removeKey((1,)))):
         with pytest.raises(ProcessorUsageError, match=f"^{kind} state . is not initialized"):
             call()
+
+
+def test_get_after_exists_reads_once_and_never_hands_out_a_value_twice(handle):
+    """exists() keeps what it read for the get() that follows it; a write, another key or a
+    second get() reads again, and each get() returns its own objects."""
+    rt, h = handle()
+    schema = T.StructType([T.StructField("n", T.LongType()),
+                           T.StructField("xs", T.ArrayType(T.LongType()))])
+    v, w = h.getValueState("v", schema), h.getValueState("w", schema)
+    rt.set_key("a")
+    v.update((1, [1]))
+    rt.set_key("b")
+    v.update((2, [2]))
+    assert v.exists() and v.get() == (2, [2])
+    assert v.exists()
+    v.update((3, [3]))
+    assert v.get() == (3, [3])  # not what exists() saw before the update
+    assert v.exists()
+    rt.set_key("a")
+    assert v.get() == (1, [1])  # another key
+    assert v.exists() and not w.exists() and v.get() == (1, [1])  # w's read is not v's
+    assert v.exists()
+    first = v.get()
+    first[1].append(99)
+    assert v.get() == (1, [1])  # a fresh read: the first value's list is its own
+    assert v.exists()
+    v.clear()
+    assert v.get() is None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import GeneratorType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -672,6 +673,8 @@ class _TaskRun:
 def _consume(result: Any) -> list:
     """A handler's results, taken now, while its key is current (handlers are often
     generators, which run only when iterated)."""
+    if type(result) is GeneratorType:  # the common case first
+        return list(result)
     if result is None:
         return []
     if isinstance(result, list):

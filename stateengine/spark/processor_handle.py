@@ -174,11 +174,17 @@ class ProcessorRuntime:
         self.index = backend.get_state(timer_index_descriptor()) if time_mode != "None" else None
         self.states: dict[str, StateDecl] = {}
         self.phase = CREATED  # Spark's handle state; the task moves it on (processor.py)
+        # What ValueState.exists() read last (state, stored value), for the get() that
+        # usually follows it ("get() if exists() else ..."): taken once, and dropped by any
+        # write and every key change, so no value object is ever handed out twice.
+        self.read_state: Any = None
+        self.read_value: Any = None
         self.handles: dict[str, list[Any]] = {}  # name -> the state handles given out
 
     def set_key(self, key: Any) -> None:
         self.backend.set_current_key(key)
         self.keyed = True
+        self.read_state = None
 
     def check_keyed(self, what: str) -> None:
         if not self.keyed:
@@ -266,6 +272,7 @@ class ProcessorRuntime:
         if name in self.backend.state_names:
             self.backend.delete_all_entries(name)
         self.states.pop(name, None)
+        self.read_state = None
         for handle in self.handles.get(name, ()):
             handle._remove()
 
@@ -366,23 +373,35 @@ class ValueState(_Handle, sp.ValueState):
         self._stateName = codec.state_name
 
     def exists(self) -> bool:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
-        return self._state.value() is not None
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
+        stored = rt.read_value = self._state.value()
+        rt.read_state = self._state
+        return stored is not None
 
     def get(self) -> tuple | None:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
-        stored = self._state.value()
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
+        if rt.read_state is self._state:  # read by exists() just before: take it
+            stored = rt.read_value
+            rt.read_state = None
+        else:
+            stored = self._state.value()
         return None if stored is None else self._codec.load(stored)
 
     def update(self, newValue: Any) -> None:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
         if newValue is None:
             raise ProcessorUsageError(f"state '{self._stateName}': update(None) is not allowed "
                                       f"(as in Spark); use clear() to remove the value")
+        rt.read_state = None
         self._state.update(self._codec.store(newValue))
 
     def clear(self) -> None:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
+        rt.read_state = None
         self._state.clear()
 
 

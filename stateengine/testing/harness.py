@@ -165,7 +165,7 @@ class Harness:
         partition (after its state is loaded, before the user's code)."""
         self._check_open()
         k = self._key(key)
-        routing.partition_of(k, self.key_codecs, self.num_partitions, self.max_parallelism)
+        routing.key_group(k, self.key_codecs, self.max_parallelism)  # refuses a bad key now
         self._pending.append((k, change))
 
     def _apply_pending(self, task: TaskState) -> None:

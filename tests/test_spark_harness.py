@@ -171,9 +171,11 @@ def test_a_failed_batch_commits_nothing_and_runs_again(tmp_path):
                                                     "boom .*key 'boom', batch 1"):
             h.run_batch(pd.DataFrame({"user": ["a", "b", "boom"], "amount": [1.0, 1.0, 1.0]}))
         assert h.batch_id == 1
-        again = h.run_batch(pd.DataFrame({"user": ["a", "b"], "amount": [1.0, 1.0]}))
+        again = h.run_batch(pd.DataFrame({"user": ["a", "b"], "amount": [1.0, 1.0]}),
+                            num_partitions=2)  # rescaled, too: state follows its key groups
         assert sorted(again.rows) == [("a", 2, 2.0), ("b", 2, 3.0)]
-        assert again.batch_id == 1
+        assert again.batch_id == 1 and h.num_partitions == 2
+        assert h.peek_value_state("acc", "c") == (1, 3.0)
 
 
 @needs_processors
