@@ -300,13 +300,16 @@ def test_two_column_keys_list_state_and_seeds_against_the_spark_path(spark, tmp_
     pdf = pd.DataFrame({"shop": ["x", "x", "y", "z"],
                         "day": np.array([1, 1, 2, 3], dtype="int32"),
                         "item": ["p", "q", "r", "s"]})
+    # the same Spark types on both sides (Spark 3.5 without Arrow infers int32 as bigint)
+    schema = "shop string, day int, item string"
     with ApplyHarness(fn, ["shop", "day"], out, [items], num_partitions=3,
                       directory=str(tmp_path / "h")) as h:
         for b in range(2):
             theirs = sorted(tuple(r) for r in apply_with_state(
-                spark.createDataFrame(pdf), ["shop", "day"], fn, out, [items],
+                spark.createDataFrame(pdf, schema), ["shop", "day"], fn, out, [items],
                 str(tmp_path / "s"), b, num_partitions=3).collect())
             assert sorted(h.run_batch(pdf).rows) == theirs
+        # inferred from the pandas dtypes as Arrow maps them
         assert h.input_schema.simpleString() == "struct<shop:string,day:int,item:string>"
         h.seed(("x", 1), lambda ctx: ctx.state("items").update(["seeded"]))
         assert h.peek("items", ("x", 1)) == ["seeded"]

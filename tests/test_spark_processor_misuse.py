@@ -189,3 +189,17 @@ def test_output_mode_complete_is_accepted_as_by_spark(spark, tmp_path, engine):
             spark.createDataFrame(pdf), P.FrameSizes(), "k", "k string, frames string",
             str(tmp_path / "state"), output_mode="Complete", batch_id=0).collect())
     assert got == expected
+
+
+def test_the_arrow_batch_size_is_read_from_a_spark_connect_session(connect, tmp_path):
+    """The driver reads the conf with spark.conf.get, which a Connect session answers too."""
+    connect.conf.set(ARROW_BATCH, "7")
+    try:
+        got = sort_rows(transform_with_state_in_pandas(
+            connect.createDataFrame(CHUNK_ROWS), P.FrameSizes(), "k", "k string, frames string",
+            str(tmp_path / "state"), batch_id=0, num_partitions=3).collect())
+    finally:
+        connect.conf.unset(ARROW_BATCH)
+    frames = {k: json.loads(f) for k, f in got}
+    assert frames["a"] == [[7, 0, 0], [7, 0, 7], [7, 0, 14], [4, 0, 21]]
+    assert frames["b"] == [[3, 0, 25]] and frames["c"] == [[7, 0, 28]]

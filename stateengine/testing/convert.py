@@ -153,6 +153,9 @@ def table_to_pandas(table: Any, schema: T.StructType | None, zone: str) -> pd.Da
         s = pdf[name]
         if isinstance(s.dtype, pd.DatetimeTZDtype):
             pdf[name] = s.dt.tz_convert(zone).dt.tz_localize(None)
+        elif schema is not None and name in schema.names and \
+                isinstance(schema[name].dataType, T.MapType):
+            pdf[name] = [None if v is None else dict(v) for v in s]  # pairs -> dicts
     return pdf
 
 
@@ -176,5 +179,19 @@ def table_to_rows(table: Any, schema: T.StructType) -> list[Any]:
     names = schema.names
     out = []
     for values in table.select(names).to_pylist():
-        out.append(schema.fromInternal(schema.toInternal(tuple(values[n] for n in names))))
+        row = tuple(_python(values[f.name], f.dataType) for f in schema.fields)
+        out.append(schema.fromInternal(schema.toInternal(row)))
     return out
+
+
+def _python(value: Any, dtype: T.DataType) -> Any:
+    """An Arrow value (``to_pylist``) as pyspark's conversions take it: maps as dicts."""
+    if value is None:
+        return None
+    if isinstance(dtype, T.MapType):
+        return {_python(k, dtype.keyType): _python(v, dtype.valueType) for k, v in value}
+    if isinstance(dtype, T.ArrayType):
+        return [_python(v, dtype.elementType) for v in value]
+    if isinstance(dtype, T.StructType):
+        return tuple(_python(value.get(f.name), f.dataType) for f in dtype.fields)
+    return value
