@@ -148,7 +148,7 @@ def arrow_batches(table: Any, schema: T.StructType, zone: str, rows: int) -> Ite
 
 def table_to_pandas(table: Any, schema: T.StructType | None, zone: str) -> pd.DataFrame:
     """Arrow data as Spark's pandas conversions give it (timestamps naive in ``zone``)."""
-    pdf = table.to_pandas(date_as_object=True)
+    pdf = table.to_pandas(date_as_object=True, use_threads=False)  # small: no thread pool
     for name in pdf.columns:
         s = pdf[name]
         if isinstance(s.dtype, pd.DatetimeTZDtype):

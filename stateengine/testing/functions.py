@@ -42,8 +42,11 @@ class _FunctionHarness(Harness):
         self.states = list(states)
         self.allow_pickle = allow_pickle
         self.grouped = grouped
-        self._body = grouped_body(func, on_timer, self.output_schema) if grouped else \
+        from pyspark import cloudpickle
+
+        body = grouped_body(func, on_timer, self.output_schema) if grouped else \
             partition_body(func, self.output_schema)
+        self._pickled = cloudpickle.dumps(body)  # each task unpickles its own, as in Spark
         self._times: tuple[int | None, int | None, int | None] = (None, None, None)
 
     def run_batch(self, rows: Any = None, *, watermark: Any = None, processing_time: Any = None,
@@ -65,12 +68,11 @@ class _FunctionHarness(Harness):
                            allow_pickle=self.allow_pickle)
         from pyspark import cloudpickle
 
-        pickled = cloudpickle.dumps(self._body)  # each task its own copy, as in Spark
         schema, size, grouped = self.input_schema, self.max_records_per_batch, self.grouped
 
-        def body(task: TaskState, part: Any) -> Iterable[Any]:
+        def body(task: TaskState, part: Any) -> Iterable[Any]:  # rows come sorted
             frames = convert.pandas_batches(part, schema, zone, size)
-            return cloudpickle.loads(pickled)(task, task_data(task, frames, grouped, False))
+            return cloudpickle.loads(self._pickled)(task, task_data(task, frames, grouped, True))
 
         out = self._run(table, cfg, body,
                         lambda outs: convert.frames_to_table(outs, self.output_schema, zone))

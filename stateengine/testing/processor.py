@@ -23,7 +23,7 @@ from ..errors import KeyTypeError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from ..spark.processor import (DEFAULT_MAX_RECORDS, EVENT_COL, _check_processor, _Job, _plan,
                                initial_state_dir, write_initial_partition)
-from ..spark.routing import KG_COL, key_codecs_for, key_columns
+from ..spark.routing import key_codecs_for, key_columns
 from ..spark.runtime import TaskState
 from ..times import to_millis
 from . import convert, routing
@@ -77,6 +77,9 @@ class ProcessorHarness(Harness):
         self.watermark_delay_ms = watermark_delay_ms
         # init() on a copy with a recording handle, as the driver runs it (DDL parsed here)
         self.plan = _plan(processor, None, mode, operator_id)
+        from pyspark import cloudpickle
+
+        self._pickled = cloudpickle.dumps(processor)  # as a query pickles it when it starts
         self._initial = None
         if initial_state is not None:
             self._initial = (initial_state, key_columns(initial_state_grouping or grouping),
@@ -104,18 +107,17 @@ class ProcessorHarness(Harness):
             table = self._with_event_time(table)
         staged = self._stage_initial_state(n)
         cfg = self._config(self.batch_id, n, self.plan.descriptors(), wm, pt)
-        job = _Job(self.processor, self.plan, self.flavour, self.key_cols, self.output_schema,
-                   late_rows, staged, False, self.max_records_per_batch)
         from pyspark import cloudpickle
 
-        pickled = cloudpickle.dumps(job)  # each task unpickles its own, as Spark's tasks do
         schema, zone, size = self.input_schema, self.time_zone, self.max_records_per_batch
 
         def body(task: TaskState, part: Any) -> Iterable[Any]:
-            copy = cloudpickle.loads(pickled)
+            # each task unpickles its own processor, as Spark's tasks do (rows come sorted)
+            job = _Job(cloudpickle.loads(self._pickled), self.plan, self.flavour,
+                       self.key_cols, self.output_schema, late_rows, staged, True, size)
             if self.flavour == "pandas":
-                return copy.run_pandas(task, convert.pandas_batches(part, schema, zone, size))
-            return copy.run_rows(task, convert.arrow_batches(part, schema, zone, size))
+                return job.run_pandas(task, convert.pandas_batches(part, schema, zone, size))
+            return job.run_rows(task, convert.arrow_batches(part, schema, zone, size))
 
         out = self._run(table, cfg, body, self._output_table)
         self.watermark, self.processing_time = wm, pt
@@ -204,7 +206,6 @@ class ProcessorHarness(Harness):
         parts = routing.route(table, cols, codecs, num_partitions, self.max_parallelism)
         for pid, part in enumerate(parts):
             if part.num_rows:
-                part = part.sort_by([(KG_COL, "ascending")] + [(c, "ascending") for c in cols])
                 write_initial_partition(self.checkpoint, rel, pid, part)
         return rel
 

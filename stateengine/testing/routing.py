@@ -42,7 +42,8 @@ def partition_of(key: tuple, codecs: tuple[int, ...], num_partitions: int,
 def route(table: Any, cols: list[str], codecs: tuple[int, ...], num_partitions: int,
           max_parallelism: int) -> list[Any]:
     """Each partition's rows of an Arrow table, with ``__se_kg`` and ``__se_pid`` as Spark's
-    routed rows carry them, in input order."""
+    routed rows carry them, sorted by key group and key as ``sortWithinPartitions`` sorts a
+    batch DataFrame's (stable: a key's rows keep their input order)."""
     import pyarrow as pa
 
     n = table.num_rows
@@ -58,4 +59,5 @@ def route(table: Any, cols: list[str], codecs: tuple[int, ...], num_partitions: 
     pids = (groups.astype(np.int64) * num_partitions // max_parallelism).astype(np.int32)
     routed = table.append_column(KG_COL, pa.array(groups)).append_column(PID_COL,
                                                                          pa.array(pids))
-    return [routed.filter(pa.array(pids == p)) for p in range(num_partitions)]
+    order = [(KG_COL, "ascending")] + [(c, "ascending") for c in cols]
+    return [routed.filter(pa.array(pids == p)).sort_by(order) for p in range(num_partitions)]
