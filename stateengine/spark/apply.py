@@ -161,11 +161,7 @@ def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
         routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
 
     def data(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[Any]:
-        if not grouped:
-            return _whole_partition(batches, cfg.key_cols, task.partition_id)
-        if not spark_sorts:
-            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
-        return _iter_groups(batches, cfg.key_cols, task.partition_id)
+        return task_data(task, batches, grouped, spark_sorts)
 
     if not df.isStreaming:  # a batch job reads its metrics with state_metrics()
         def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -180,6 +176,18 @@ def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
                            lambda task: [metrics_frame(cfg.output_cols, task)])
 
     return observe_state(routed.mapInPandas(run_observed, internal_schema(out)), cfg.operator_id)
+
+
+def task_data(task: TaskState, batches: Iterable[pd.DataFrame], grouped: bool,
+              presorted: bool) -> Iterator[Any]:
+    """What a task body gets from its partition's routed frames: ``(key, rows)`` per key when
+    ``grouped`` (the task sorts them unless ``presorted``), else the partition's rows as one
+    frame. Spark's tasks and stateengine.testing both call it."""
+    if not grouped:
+        return _whole_partition(batches, task.cfg.key_cols, task.partition_id)
+    if not presorted:
+        batches = _sorted_by_key(batches, task.cfg.key_cols, task.partition_id)
+    return _iter_groups(batches, task.cfg.key_cols, task.partition_id)
 
 
 class _Output:
@@ -254,10 +262,13 @@ def _sorted_by_key(batches: Iterable[pd.DataFrame], cols: list[str],
         yield pdf.sort_values([KG_COL, *cols], kind="stable", ignore_index=True)
 
 
-def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
-                 partition_id: int) -> Iterator[tuple[Any, pd.DataFrame]]:
+def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str], partition_id: int,
+                 chunk: int | None = None) -> Iterator[tuple[Any, Any]]:
     """(key, rows) per key from batches sorted by key, rows a frame indexed 0..n-1; a key may
-    span batch boundaries."""
+    span batch boundaries. With ``chunk`` (StatefulProcessors) rows are instead the key's
+    frames of at most ``chunk`` rows each, as Spark hands them to ``handleInputRows``: a
+    1-tuple for a key within the limit (the common case costs one comparison), else a
+    generator of slices."""
     carry: pd.DataFrame | None = None
     for raw in batches:
         pdf = _data_rows(raw, partition_id)
@@ -273,18 +284,93 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
         key_values = [pdf[c].tolist() for c in cols]
         bounds = starts.tolist() + [len(pdf)]
         rows = RowSlices(pdf)  # frames indexed 0..n-1, as Spark's grouped pandas UDFs get them
-        for s, e in zip(bounds[:-2], bounds[1:-1]):
-            yield _key_at(key_values, s), rows(s, e)
+        if chunk is None:
+            for s, e in zip(bounds[:-2], bounds[1:-1]):
+                yield _key_at(key_values, s), rows(s, e)
+        else:
+            for s, e in zip(bounds[:-2], bounds[1:-1]):
+                yield _key_at(key_values, s), ((rows(s, e),) if e - s <= chunk
+                                               else _chunks(rows, s, e, chunk))
         # the last key may go on in the next batch
         carry_key, carry = _key_at(key_values, bounds[-2]), rows(bounds[-2], len(pdf))
     if carry is not None and len(carry):
-        yield carry_key, carry
+        n = len(carry)
+        yield carry_key, (carry if chunk is None else (carry,) if n <= chunk
+                          else _chunks(RowSlices(carry), 0, n, chunk))
+
+
+def _chunks(rows: RowSlices, start: int, stop: int, chunk: int) -> Iterator[pd.DataFrame]:
+    """Rows start..stop-1 as frames of at most ``chunk`` rows, each indexed 0..n-1."""
+    for s in range(start, stop, chunk):
+        yield rows(s, min(s + chunk, stop))
 
 
 def _key_at(key_values: list[list[Any]], i: int) -> Any:
     if len(key_values) == 1:
         return key_values[0][i]
     return tuple(k[i] for k in key_values)
+
+
+TaskBody = Callable[[TaskState, Iterator[Any]], Iterator[pd.DataFrame]]
+
+
+def grouped_body(func: Callable[..., Any], on_timer: Callable[..., Any] | None,
+                 out: T.StructType) -> TaskBody:
+    """The task body of ``apply_with_state``: ``func`` per key, then the due timers through
+    ``on_timer``; its Spark tasks and stateengine.testing run the same body."""
+
+    def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
+        ctx = GroupContext(task)
+        backend = task.backend
+        site = task.site
+        sink = _Output(out)
+        for k, rows in groups:
+            backend.set_current_key(k)
+            ctx.key = k
+            result = site.results(func, k, rows, ctx, key=k)  # per call, never per row
+            try:
+                yield from sink.add(result)
+            except OutputSchemaError as e:
+                raise site.output_error(func, e, k) from None
+        if on_timer is not None:
+            timers = backend.timer_service
+            due = []
+            if task.batch.watermark is not None:
+                due.append(timers.advance_watermark(task.batch.watermark))
+            if task.batch.processing_time is not None:
+                due.append(timers.advance_processing_time(task.batch.processing_time))
+            for fired in due:
+                for timer in fired:
+                    ctx.key = timer.key
+                    result = site.results(on_timer, timer.key, timer, ctx, key=timer.key)
+                    try:
+                        yield from sink.add(result)
+                    except OutputSchemaError as e:
+                        raise site.output_error(on_timer, e, timer.key) from None
+        try:
+            yield from sink.flush()
+        except OutputSchemaError as e:
+            raise site.output_error(func, e) from None
+    return body
+
+
+def partition_body(func: Callable[..., Any], out: T.StructType) -> TaskBody:
+    """The task body of ``map_with_state``: ``func`` once with the partition's rows."""
+
+    def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        site = task.site
+        sink = _Output(out)
+        for rows in partition:
+            result = site.results(func, rows, BatchContext(task))
+            try:
+                yield from sink.add(result)
+            except OutputSchemaError as e:
+                raise site.output_error(func, e) from None
+        try:
+            yield from sink.flush()
+        except OutputSchemaError as e:
+            raise site.output_error(func, e) from None
+    return body
 
 
 def apply_with_state(df: DataFrame, key: str | Sequence[str],
@@ -351,41 +437,8 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
                       bottommost_bloom_filters=bottommost_bloom_filters,
                       allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
-    def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
-        ctx = GroupContext(task)
-        backend = task.backend
-        site = task.site
-        sink = _Output(out)
-        for k, rows in groups:
-            backend.set_current_key(k)
-            ctx.key = k
-            result = site.results(func, k, rows, ctx, key=k)  # per call, never per row
-            try:
-                yield from sink.add(result)
-            except OutputSchemaError as e:
-                raise site.output_error(func, e, k) from None
-        if on_timer is not None:
-            timers = backend.timer_service
-            due = []
-            if task.batch.watermark is not None:
-                due.append(timers.advance_watermark(task.batch.watermark))
-            if task.batch.processing_time is not None:
-                due.append(timers.advance_processing_time(task.batch.processing_time))
-            for fired in due:
-                for timer in fired:
-                    ctx.key = timer.key
-                    result = site.results(on_timer, timer.key, timer, ctx, key=timer.key)
-                    try:
-                        yield from sink.add(result)
-                    except OutputSchemaError as e:
-                        raise site.output_error(on_timer, e, timer.key) from None
-        try:
-            yield from sink.flush()
-        except OutputSchemaError as e:
-            raise site.output_error(func, e) from None
-
-    return attach(run_stateful(df, cfg, out, body, grouped=True), df, no_data_batches,
-                  auto_for_apply(df, on_timer is not None))
+    return attach(run_stateful(df, cfg, out, grouped_body(func, on_timer, out), grouped=True),
+                  df, no_data_batches, auto_for_apply(df, on_timer is not None))
 
 
 def map_with_state(df: DataFrame, key: str | Sequence[str],
@@ -419,18 +472,5 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
                       bottommost_bloom_filters=bottommost_bloom_filters,
                       allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
 
-    def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        site = task.site
-        sink = _Output(out)
-        for rows in partition:
-            result = site.results(func, rows, BatchContext(task))
-            try:
-                yield from sink.add(result)
-            except OutputSchemaError as e:
-                raise site.output_error(func, e) from None
-        try:
-            yield from sink.flush()
-        except OutputSchemaError as e:
-            raise site.output_error(func, e) from None
-
-    return attach(run_stateful(df, cfg, out, body, grouped=False), df, no_data_batches, "none")
+    return attach(run_stateful(df, cfg, out, partition_body(func, out), grouped=False), df,
+                  no_data_batches, "none")

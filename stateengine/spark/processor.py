@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import GeneratorType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -56,7 +57,11 @@ from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for,
 from .runtime import TaskState, guarded
 from .user_errors import NO_KEY, CallSite
 
-OUTPUT_MODES = ("append", "update")
+OUTPUT_MODES = ("append", "update", "complete")  # Spark's operator takes all three
+# Spark hands a key's rows to handleInputRows in frames of at most this many rows (its Arrow
+# batch size; 0 or less: no limit), read on the driver.
+MAX_RECORDS_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+DEFAULT_MAX_RECORDS = 10_000
 EVENT_COL = "__se_event_us"  # the event time in microseconds, for dropping late rows
 WATERMARK_STATE = "tws-watermark"  # operator state: the watermark of the last batch
 _FLUSH_ROWS = 16_384
@@ -87,11 +92,15 @@ class _Plan:
 
 
 def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = None) -> _Plan:
-    """Runs init() and close() on a copy of the processor with a recording handle."""
+    """Runs init() and close() on a copy of the processor with a recording handle. DDL schemas
+    are parsed by the session ``spark``, or without one (stateengine.testing) by
+    ``sparktypes.spark_struct``."""
     from pyspark import cloudpickle
     from pyspark.sql.streaming import stateful_processor as sp
 
-    from .processor_handle import StateDecl, check_name, check_ttl
+    from ..sparktypes import spark_struct
+    from .processor_handle import CREATED, TIMER_PROCESSED, StateDecl, check_declaring, \
+        check_name, check_timer_call, check_ttl, no_key_error
 
     plan = _Plan(time_mode)
 
@@ -106,15 +115,14 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
         if schema not in plan.schemas:
             parsed = _DDL_SCHEMAS.get(schema)
             if parsed is None:  # the session parses it (one round trip, then remembered)
-                parsed = _DDL_SCHEMAS[schema] = spark.createDataFrame([], schema).schema
+                parsed = _DDL_SCHEMAS[schema] = (spark_struct(schema) if spark is None else
+                                                 spark.createDataFrame([], schema).schema)
             plan.schemas[schema] = parsed
         return plan.schemas[schema]
 
-    def unusable(what: str) -> Callable[..., Any]:
-        def refuse(*_: Any, **__: Any) -> Any:
-            raise ProcessorUsageError(
-                f"{what} needs a grouping key: use it while handling a key (handleInputRows, "
-                f"handleExpiredTimer, handleInitialState), not in init()")
+    def timer_call(operation: str) -> Callable[..., Any]:
+        def refuse(self: Any, *_: Any, **__: Any) -> Any:
+            check_timer_call(operation, time_mode, self.phase)
         return refuse
 
     class _Unbound:
@@ -122,14 +130,17 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             self._name = name
 
         def __getattr__(self, attr: str) -> Any:
-            return unusable(f"state '{self._name}'.{attr}()")
+            def refuse(*_: Any, **__: Any) -> Any:
+                raise no_key_error(f"state '{self._name}'.{attr}()")
+            return refuse
 
     class _RecordingHandle(sp.StatefulProcessorHandle):
         def __init__(self) -> None:
-            pass
+            self.phase = CREATED  # TIMER_PROCESSED while close() runs
 
         def _record(self, name: Any, kind: str, schema: Any, key_schema: Any,
                     ttl: Any) -> Any:
+            check_declaring(f"get_{kind}_state", self.phase)
             name = check_name(name)
             decl = StateDecl(name, kind, parse(name, schema),
                              None if key_schema is None else parse(name, key_schema),
@@ -151,16 +162,20 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
                         ttlDurationMs: Any = None) -> Any:
             return self._record(stateName, "map", valueSchema, userKeySchema, ttlDurationMs)
 
-        registerTimer = unusable("registerTimer")
-        deleteTimer = unusable("deleteTimer")
-        listTimers = unusable("listTimers")
+        registerTimer = timer_call("register_timer")
+        deleteTimer = timer_call("delete_timer")
+        listTimers = timer_call("list_timers")
 
         def deleteIfExists(self, stateName: str) -> None:
+            check_declaring("delete_if_exists", self.phase)
             check_name(stateName)
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
     site = CallSite(operator_id, None, None)
-    for method, args in (("init", (_RecordingHandle(),)), ("close", ())):
+    handle = _RecordingHandle()
+    for method, args in (("init", (handle,)), ("close", ())):
+        if method == "close":
+            handle.phase = TIMER_PROCESSED
         fn = getattr(copy, method)
         try:
             fn(*args)
@@ -291,8 +306,8 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
 
     mode = time_mode_name(time_mode)
     if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
-        raise ValueError(f"output_mode must be Append or Update (transformWithState supports "
-                         f"no other), got {output_mode!r}")
+        raise ValueError(f"output_mode must be Append, Update or Complete (as in Spark's "
+                         f"transformWithState), got {output_mode!r}")
     cols = key_columns(grouping)
     out = _schema(df, output_schema)
     plan = _plan(processor, df.sparkSession, mode, operator_id)
@@ -325,7 +340,8 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
     spark_sorts = not df.isStreaming
     if spark_sorts:
         routed = routed.sortWithinPartitions(KG_COL, *cols)
-    job = _Job(processor, plan, flavour, cols, out, bool(event_col), staged, spark_sorts)
+    job = _Job(processor, plan, flavour, cols, out, bool(event_col), staged, spark_sorts,
+               max_records(df.sparkSession.conf.get(MAX_RECORDS_CONF, None)))
 
     if flavour == "pandas" and df.isStreaming:  # metrics observed as in apply.run_stateful
         def run_observed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -353,6 +369,14 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
     return routed.mapInArrow(run_arrow, out)
 
 
+def max_records(conf: Any) -> int:
+    """The rows per frame that handleInputRows gets, from Spark's conf (text, None: unset)."""
+    try:
+        return DEFAULT_MAX_RECORDS if conf is None else int(conf)
+    except (TypeError, ValueError):
+        raise ValueError(f"{MAX_RECORDS_CONF} is {conf!r}, not a number of rows") from None
+
+
 # ---- initial state ---------------------------------------------------------------------------
 
 def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
@@ -376,7 +400,7 @@ def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
         raise KeyTypeError(f"initial state grouping columns {init_cols} have types {have}, "
                            f"which hash differently from the input's grouping columns "
                            f"{cfg.key_cols}; cast them to the input's types")
-    rel = f"{cfg.operator_id}/initial-state/n{cfg.num_partitions}"
+    rel = initial_state_dir(cfg.operator_id, cfg.num_partitions)
     storage.delete_dir(rel)
     routed = route(initial, init_cols, cfg.num_partitions, cfg.max_parallelism)
     routed = routed.sortWithinPartitions(KG_COL, *init_cols)
@@ -389,23 +413,34 @@ def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
         parts = [b for b in batches if b.num_rows]
         rows = 0
         if parts:
-            table = pa.Table.from_batches(parts)
-            if (np.asarray(table.column(PID_COL)) != pid).any():
-                raise RuntimeError("initial state rows reached the wrong partition")
-            keep = [n for n in table.column_names if n not in INTERNAL_COLS]
-            table = table.select(keep)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-            CheckpointStorage(uri).write_atomic(f"{rel}/p{pid:05d}.arrow",
-                                                sink.getvalue().to_pybytes())
-            rows = table.num_rows
+            rows = write_initial_partition(uri, rel, pid, pa.Table.from_batches(parts))
         yield pa.RecordBatch.from_pydict({"partition": [pid], "rows": [rows]},
                                          schema=pa.schema([("partition", pa.int32()),
                                                            ("rows", pa.int64())]))
 
     routed.mapInArrow(write, "partition int, rows long").collect()
     return rel
+
+
+def initial_state_dir(operator_id: str, num_partitions: int) -> str:
+    """Where an operator's initial state is staged (relative to its checkpoint)."""
+    return f"{operator_id}/initial-state/n{num_partitions}"
+
+
+def write_initial_partition(uri: str, rel: str, partition_id: int, table: Any) -> int:
+    """Stages one partition's initial state rows (routed, sorted by key group and key) as the
+    Arrow file its first task reads; returns the row count."""
+    import pyarrow as pa
+
+    if (np.asarray(table.column(PID_COL)) != partition_id).any():
+        raise RuntimeError("initial state rows reached the wrong partition")
+    table = table.select([n for n in table.column_names if n not in INTERNAL_COLS])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    CheckpointStorage(uri).write_atomic(f"{rel}/p{partition_id:05d}.arrow",
+                                        sink.getvalue().to_pybytes())
+    return table.num_rows
 
 
 def _read_initial_state(uri: str, rel: str, partition_id: int) -> Any:
@@ -427,7 +462,7 @@ class _Job:
 
     def __init__(self, processor: Any, plan: _Plan, flavour: str, cols: list[str],
                  out: T.StructType, late_rows: bool, staged: str | None,
-                 spark_sorts: bool) -> None:
+                 spark_sorts: bool, max_records: int = DEFAULT_MAX_RECORDS) -> None:
         self.processor = processor
         self.plan = plan
         self.flavour = flavour
@@ -436,6 +471,8 @@ class _Job:
         self.late_rows = late_rows
         self.staged = staged
         self.spark_sorts = spark_sorts
+        # rows per frame of handleInputRows (pandas), as Spark cuts a key's rows
+        self.chunk = max_records if max_records > 0 else 1 << 62
 
     # -- the phases of one task, in Spark's order --
 
@@ -455,8 +492,8 @@ class _Job:
         data = (run.without_late_rows(b) for b in batches)
         key: Any = NO_KEY
         try:  # around the loop, not per key: naming the key costs nothing until it fails
-            for key, rows in _iter_groups(data, self.cols, task.partition_id):
-                if sink.add(run.input_rows(key, (rows,))):
+            for key, frames in _iter_groups(data, self.cols, task.partition_id, self.chunk):
+                if sink.add(run.input_rows(key, frames)):
                     yield from sink.flush()
         except OutputSchemaError as e:
             raise run.output_error("handleInputRows", e, key) from None
@@ -514,7 +551,7 @@ class _TaskRun:
         from pyspark.sql import Row
         from pyspark.sql.streaming.stateful_processor import TimerValues
 
-        from .processor_handle import ProcessorHandle, ProcessorRuntime
+        from .processor_handle import INITIALIZED, ProcessorHandle, ProcessorRuntime
 
         self.job = job
         self.task = task
@@ -546,6 +583,7 @@ class _TaskRun:
             if previous and job.late_rows:
                 self.late_before_us = max(previous) * 1000
         self._call("init", NO_KEY, False, ProcessorHandle(self.rt))
+        self.rt.phase = INITIALIZED
         self.handle_input_rows = self.processor.handleInputRows  # once per task, after init
 
     def _call(self, method: str, key: Any, results: bool, /, *args: Any,
@@ -610,9 +648,12 @@ class _TaskRun:
         as Spark passes them)."""
         from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
 
+        from .processor_handle import DATA_PROCESSED
+
+        rt = self.rt
+        rt.phase = DATA_PROCESSED
         if self.timer_time is None:
             return
-        rt = self.rt
         for key, ts in rt.due_timers(self.timer_time):
             rt.set_key(key)
             key_row = self.key_row(*self._key_tuple(key))
@@ -632,7 +673,10 @@ class _TaskRun:
             raise self.output_error("handleExpiredTimer", e, key) from None
 
     def finish(self) -> None:
+        from .processor_handle import TIMER_PROCESSED
+
         self.rt.keyed = False
+        self.rt.phase = TIMER_PROCESSED
         self._call("close", NO_KEY, False)
         if self.watermark_state is not None:
             self.watermark_state.update([self.timer_time])
@@ -641,6 +685,8 @@ class _TaskRun:
 def _consume(result: Any) -> list:
     """A handler's results, taken now, while its key is current (handlers are often
     generators, which run only when iterated)."""
+    if type(result) is GeneratorType:  # the common case first
+        return list(result)
     if result is None:
         return []
     if isinstance(result, list):
