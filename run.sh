@@ -74,6 +74,16 @@ if [ "$COMMAND" != demo ]; then
     ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
         missing+=(libclang-rt-14-dev)
 fi
+if [ "$COMMAND" = test ]; then
+    # the cluster tests build the release wheel: scripts/build-rocksdb.sh fetches Debian's
+    # RocksDB source and compiles it static with these; the share-nothing cluster test wires
+    # network namespaces with ip
+    for tool in cmake:cmake ninja:ninja-build make:make curl:curl patch:patch xz:xz-utils ip:iproute2; do
+        command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
+    done
+    [ -e /usr/include/lz4.h ] || missing+=(liblz4-dev)
+    [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
 fi

@@ -1,8 +1,8 @@
 """Builds stateengine._native: csrc/*.cc (C++17) + the Cython bindings, linked to librocksdb.
 
-librocksdb is located with ``pkg-config rocksdb`` only, so a conan-generated ``rocksdb.pc``
-(release wheels, see conanfile.txt) and Debian's ``librocksdb-dev`` are found the same way.
-Set PKG_CONFIG_PATH to point at other ``.pc`` files.
+librocksdb is located with ``pkg-config rocksdb`` only, so the static Release build of release
+wheels (scripts/build-rocksdb.sh writes its ``rocksdb.pc``) and Debian's ``librocksdb-dev`` are
+found the same way. Set PKG_CONFIG_PATH to point at other ``.pc`` files.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from setuptools import Extension, setup
 MIN_ROCKSDB = (7, 0)
 INSTALL_HINT = (
     "install it with `apt-get install librocksdb-dev libsnappy-dev pkg-config` (Debian/Ubuntu), "
-    "or generate .pc files with `conan install . --output-folder=build/conan` and set "
-    "PKG_CONFIG_PATH=build/conan"
+    "or build the wheels' static RocksDB with scripts/build-rocksdb.sh and set "
+    "PKG_CONFIG_PATH=<the prefix it prints>/lib/pkgconfig"
 )
 
 
@@ -54,10 +54,11 @@ def rocksdb_build_flags(package: str = "rocksdb") -> dict[str, list[str]]:
             f"{'.'.join(map(str, MIN_ROCKSDB))}); {INSTALL_HINT}")
     cflags = shlex.split(_pkg_config(package, "--cflags"))
     libs = shlex.split(_pkg_config(package, "--libs"))
-    try:
-        libs += shlex.split(_pkg_config("snappy", "--libs"))
-    except RocksDBNotFound:
-        libs.append("-lsnappy")  # Debian's libsnappy-dev ships a .pc file, older systems may not
+    if not any("snappy" in f for f in libs):  # a static rocksdb.pc links snappy's archive itself
+        try:
+            libs += shlex.split(_pkg_config("snappy", "--libs"))
+        except RocksDBNotFound:
+            libs.append("-lsnappy")  # Debian's libsnappy-dev ships a .pc file, older systems may not
     return {
         "include_dirs": [f[2:] for f in cflags if f.startswith("-I")],
         "extra_compile_args": [f for f in cflags if not f.startswith("-I")],

@@ -1,10 +1,12 @@
-"""Which librocksdb the benchmarked extension links, and building the private Release copy.
+"""Which librocksdb the benchmarked extension links: the release wheel's by default.
 
-``debian``: the in-place build (``python setup.py build_ext --inplace``) against Debian's
-shared librocksdb 7.8.3, which is compiled without NDEBUG (assertions and sync points on every
-call). ``release``: the same sources linked statically against a Release build of that
-RocksDB (bench/build-release-rocksdb.sh), placed in bench/.build/release so the worktree's own
-build stays Debian's; release wheels link a Release RocksDB, so headline numbers use it.
+``release`` (the default): the extension compiled from this worktree and linked statically
+against the Release RocksDB that release wheels link (scripts/build-rocksdb.sh: Debian's
+7.8.3 source, NDEBUG, RTTI, NPERF_CONTEXT; built on first use and cached under
+~/.cache/stateengine), placed in bench/.build/release so the worktree's own build stays
+Debian's. ``debian`` (``--rocksdb debian``): the in-place build (``python setup.py build_ext
+--inplace``) against Debian's shared librocksdb 7.8.3, which is compiled without NDEBUG
+(assertions and sync points on every call).
 
 The benchmark process (and Spark's Python workers, through PYTHONPATH) import stateengine from
 the chosen root; run.py re-executes itself with that root first on PYTHONPATH.
@@ -19,32 +21,28 @@ import sys
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
-DEFAULT_PREFIX = os.path.expanduser("~/.cache/stateengine/rocksdb-7.8.3-release")
+BUILD_ROCKSDB = os.path.join(REPO, "scripts", "build-rocksdb.sh")
 RELEASE_ROOT = os.path.join(BENCH, ".build", "release")
 RELEASE_TEMP = os.path.join(BENCH, ".build", "tmp-release")
 CHILD_ENV = "STATEENGINE_BENCH_BUILD"
+PREFIX_ENV = "STATEENGINE_BENCH_ROCKSDB"  # the prefix, handed to the restarted process
 
 
 def release_prefix() -> str:
-    return os.environ.get("STATEENGINE_RELEASE_ROCKSDB", DEFAULT_PREFIX)
-
-
-def release_available(prefix: str) -> bool:
-    lib = os.path.join(prefix, "lib", "librocksdb.a")
-    if not (os.path.isfile(lib) and os.path.isfile(os.path.join(prefix, "lib", "pkgconfig",
-                                                                  "rocksdb.pc"))):
-        return False
-    # csrc/ subclasses rocksdb::MergeOperator: a librocksdb without RTTI cannot be linked;
-    # a thread-local perf context (its TLS init symbol) means a build older than NPERF_CONTEXT
-    nm = subprocess.run(["nm", "-g", "--defined-only", lib], capture_output=True, text=True)
-    return ("_ZTIN7rocksdb13MergeOperatorE" in nm.stdout
-            and "_ZTHN7rocksdb12perf_contextE" not in nm.stdout)
+    """The release wheels' RocksDB: built (or found in its cache) by scripts/build-rocksdb.sh,
+    which checks it (static, RTTI, NDEBUG, no perf context) and prints its prefix."""
+    if not os.environ.get(PREFIX_ENV):
+        print("bench: the Release RocksDB (scripts/build-rocksdb.sh; the first build takes "
+              "long, later runs reuse its cache)", file=sys.stderr, flush=True)
+        proc = subprocess.run([BUILD_ROCKSDB], stdout=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench: {BUILD_ROCKSDB} failed (or use --rocksdb debian)")
+        os.environ[PREFIX_ENV] = proc.stdout.strip().splitlines()[-1]
+    return os.environ[PREFIX_ENV]
 
 
 def choose(requested: str | None) -> str:
-    if requested:
-        return requested
-    return "release" if release_available(release_prefix()) else "debian"
+    return requested or "release"
 
 
 def _setup(args: list[str], env: dict[str, str]) -> None:
@@ -62,26 +60,24 @@ def prepare(build: str, rebuild: bool = False) -> str:
         _setup(["--inplace", *force], dict(os.environ))
         return REPO
     prefix = release_prefix()
-    if not release_available(prefix):
-        raise SystemExit(f"bench: no usable Release RocksDB (static, with RTTI, NPERF_CONTEXT) under {prefix}; "
-                         f"build it with "
-                         f"bench/build-release-rocksdb.sh {prefix} (or use --rocksdb debian)")
     env = dict(os.environ, PKG_CONFIG_PATH=os.pathsep.join(
         p for p in (os.path.join(prefix, "lib", "pkgconfig"), os.environ.get("PKG_CONFIG_PATH"))
         if p))
-    if not force and _older_than(os.path.join(prefix, "lib", "librocksdb.a")):
-        force = ["--force"]  # setuptools does not see the static library as a dependency
+    # setuptools does not see the static library as a dependency: a build against another
+    # RocksDB (another cache key) is redone from scratch
+    stamp = os.path.join(RELEASE_ROOT, ".rocksdb-prefix")
+    try:
+        with open(stamp) as f:
+            same = f.read() == prefix
+    except OSError:
+        same = False
+    if not same:
+        force = ["--force"]
     _setup(["--build-lib", RELEASE_ROOT, "--build-temp", RELEASE_TEMP, *force], env)
     _link_python_sources()
+    with open(stamp, "w") as f:
+        f.write(prefix)
     return RELEASE_ROOT
-
-
-def _older_than(path: str) -> bool:
-    """Whether the Release extension is missing or older than path."""
-    import glob
-
-    built = glob.glob(os.path.join(RELEASE_ROOT, "stateengine", "_native*.so"))
-    return not built or min(os.path.getmtime(b) for b in built) < os.path.getmtime(path)
 
 
 def _link_python_sources() -> None:
@@ -141,7 +137,8 @@ def describe(build: str) -> dict[str, str]:
         ldd = ""
     shared = [line.split()[2] for line in ldd.splitlines() if "librocksdb" in line and "=>" in line]
     if build == "release":
-        info["rocksdb"] = f"7.8.3 Release, static, NPERF_CONTEXT ({release_prefix()})"
+        info["rocksdb"] = (f"7.8.3 Release, static, NPERF_CONTEXT, the release wheel's "
+                           f"({os.path.basename(release_prefix())})")
     else:
         info["rocksdb"] = "7.8.3 Debian librocksdb (no NDEBUG: assertions on)"
     info["librocksdb_shared"] = shared[0] if shared else "none (static)"

@@ -17,7 +17,8 @@ commit, next to that whole operation, on one build:
     python bench/crosscheck_cost.py                    # 300,000 keys, local disk
     python bench/crosscheck_cost.py --keys 100000 --s3
 
-Reports medians over ``--repeat`` runs and writes bench/results/crosscheck-cost-<time>.json.
+Reports medians over ``--repeat`` runs, writes bench/results/crosscheck-cost-latest.json and
+appends the report to bench/results/history.jsonl.
 """
 
 from __future__ import annotations
@@ -186,11 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     report["load_average_after"] = os.getloadavg()
     print(json.dumps(report, indent=1))
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, time.strftime("crosscheck-cost-%Y%m%d-%H%M%S.json"))
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {path}")
+    import history
+
+    print(f"wrote {history.record(args.out, 'crosscheck_cost', report)} and its line in "
+          f"history.jsonl")
     return 0
 
 

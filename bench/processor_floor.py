@@ -8,7 +8,7 @@ last Spark bench run (``bench/results/latest.json``: ``spark.transformWithStateI
 
     python bench/processor_floor.py               # 50k keys, 4 rows each
     python bench/processor_floor.py --keys 200000
-    python bench/processor_floor.py --results bench/results/20261125-140223.json
+    python bench/processor_floor.py --results bench/results/runs/<time>.json
 
 The bench's job runs on local[2]: two Python workers share the keys, so a key-batch of CPU in
 one worker is half of it in wall time.
@@ -75,12 +75,12 @@ def body_us_per_key(keys: int, rows_per_key: int) -> float:
             "user": np.repeat(np.arange(first, first + count), rows_per_key),
             "amount": rng.random(count * rows_per_key)}))
         frames = [rows(i * rows_per_key, (i + 1) * rows_per_key) for i in range(count)]
-        t0 = time.perf_counter()
-        for k, frame in enumerate(frames, first):
+        t0 = time.process_time()  # CPU, as the task path below: load on the machine
+        for k, frame in enumerate(frames, first):  # inflates wall time, not this
             handle.current[0] = k
             for _ in processor.handleInputRows((k,), iter((frame,)), None):
                 pass
-        spent += time.perf_counter() - t0
+        spent += time.process_time() - t0
     return spent / keys * 1e6
 
 
@@ -145,7 +145,10 @@ def main() -> None:
           f"({body / PARTITIONS:.1f} us of wall time on {PARTITIONS} workers)")
     task = min(task_us_per_key(args.keys // PARTITIONS, args.rows_per_key) for _ in range(2))
     print(f"the task path without Spark (grouping, engine state, output sink and the body): "
-          f"{task:.1f} us of CPU per key and batch, {task - body:.1f} beyond the body")
+          f"{task:.1f} us of CPU per key and batch, {task - body:.1f} beyond the body "
+          f"({100 * (task - body) / body:.1f}% of it)")
+    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)")
     if not os.path.exists(args.results):
         return
     results = {r["name"]: r for r in json.load(open(args.results))["results"]}

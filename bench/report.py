@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from harness import Bench
+from history import git_commit
 from targets import FLOORS, evaluate
 
 GROUP_ORDER = ("state", "baseline", "floor", "typed", "snapshot", "checkpoint", "rescale", "spark", "memory")
@@ -51,17 +52,6 @@ def _version(module: str) -> str:
             return "-"
 
 
-def _git(repo: str) -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
-                              capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=repo, capture_output=True, text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except OSError:
-        return "-"
-
-
 def machine_info(build: dict[str, str]) -> dict[str, Any]:
     from builds import REPO
 
@@ -70,7 +60,7 @@ def machine_info(build: dict[str, str]) -> dict[str, Any]:
         "cpu": _cpu_model(), "cores": os.cpu_count(), "ram_gib": _ram_gib(),
         "kernel": platform.release(), "python": platform.python_version(),
         "load_at_start": [round(x, 2) for x in os.getloadavg()],
-        "commit": _git(REPO),
+        "commit": git_commit(REPO),
         "versions": {m: _version(m) for m in ("numpy", "pandas", "pyarrow", "pyspark",
                                               "rocksdict")},
         **build,
@@ -86,9 +76,12 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 
 def write(out_dir: str, bench: Bench, machine: dict[str, Any], partial: bool = False) -> list[str]:
-    """Writes the run as <timestamp>.json and, for a full run, as latest.json/.md/.png (a
-    partial run, ``--only``, leaves the last full run's latest.* in place)."""
-    os.makedirs(out_dir, exist_ok=True)
+    """Writes the run as runs/<timestamp>.json (git ignores runs/), appends its line to
+    history.jsonl and, for a complete run, writes latest.json/.md/.png (a partial run,
+    ``--only``, leaves the last complete run's latest.* in place)."""
+    import history
+
+    os.makedirs(os.path.join(out_dir, "runs"), exist_ok=True)
     values = {r.name: r.value for r in bench.results}
     verdicts = evaluate(values)
     machine["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -98,11 +91,13 @@ def write(out_dir: str, bench: Bench, machine: dict[str, Any], partial: bool = F
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     text = json.dumps(doc, indent=1, default=str)
     paths = []
-    for name in (f"{stamp}.json",) if partial else (f"{stamp}.json", "latest.json"):
+    for name in (f"runs/{stamp}.json",) if partial else (f"runs/{stamp}.json", "latest.json"):
         path = os.path.join(out_dir, name)
         with open(path, "w") as f:
             f.write(text)
         paths.append(path)
+    history.append(os.path.join(out_dir, "history.jsonl"), json.loads(text))
+    paths.append(os.path.join(out_dir, "history.jsonl"))
     if partial:
         return paths
     md = os.path.join(out_dir, "latest.md")

@@ -1,14 +1,20 @@
 """stateengine benchmarks: state access, typed state, snapshots, checkpoints, Spark jobs and
 memory.
 
-    python bench/run.py                    # full run (~30 min on 2 cores), Release RocksDB if built
+    python bench/run.py                    # full run (~30 min on 2 cores)
     python bench/run.py --quick            # seconds-long smoke run of every case
     python bench/run.py --only 'state.value*,baseline.*'
     python bench/run.py --only 'typed.*'     # typed (struct) state against int64 state
-    python bench/run.py --rocksdb debian   # Debian's librocksdb instead of the Release build
+    python bench/run.py --rocksdb debian   # Debian's librocksdb instead of the wheel's
 
-Writes bench/results/<timestamp>.json and, unless --only picks cases, latest.json, latest.md and
-latest.png (or under --out).
+By default the extension links what the release wheel links: the static Release RocksDB of
+scripts/build-rocksdb.sh (built on first use, then cached); ``--rocksdb debian`` measures
+Debian's librocksdb (no NDEBUG) instead.
+
+Writes into bench/results (or --out): one line per run appended to history.jsonl (its headline
+figures, see bench/history.py), the run's full JSON in runs/ (not kept in git), and for a run
+of every case latest.json, latest.md and latest.png. A --quick run without --out writes into
+bench/results/quick/ (not kept in git), so it never replaces the latest real run.
 Numbers are never asserted anywhere; targets are evaluated and reported (bench/targets.py).
 """
 
@@ -40,8 +46,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated case name patterns (fnmatch), "
                    "e.g. 'state.valueGet.*,spark.*'; see --list")
     p.add_argument("--rocksdb", choices=("debian", "release"), default=None,
-                   help="librocksdb to link (default: release if built, else debian)")
-    p.add_argument("--out", default=os.path.join(HERE, "results"), help="results directory")
+                   help="librocksdb to link (default: release, the release wheel's static "
+                   "Release RocksDB; debian: Debian's shared librocksdb, built without NDEBUG)")
+    p.add_argument("--out", default=None, help="results directory (default: bench/results, "
+                   "with --quick bench/results/quick)")
     p.add_argument("--scratch", default=None, help="parent of the scratch directory "
                    "(default: the system temp dir; the full run needs ~5 GB)")
     p.add_argument("--rebuild", action="store_true", help="force rebuilding the extension")
@@ -62,6 +70,8 @@ def all_case_names() -> list[str]:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    if args.out is None:
+        args.out = os.path.join(HERE, "results", *(("quick",) if args.quick else ()))
     if args.list:
         print("\n".join(all_case_names()))
         return 0

@@ -12,7 +12,7 @@ the commit uploaded; then the same for restoring the latest version in a fresh p
 task landing on another Python worker of the same machine, whose restore links the SST files
 the first worker's database holds from the machine's file cache (``restore here``), and one
 landing on another machine (``restore elsewhere``, no cache). Writes
-bench/results/s3-commit-<time>.json.
+bench/results/s3-commit-latest.json and appends its line to bench/results/history.jsonl.
 """
 
 from __future__ import annotations
@@ -115,12 +115,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.get('files_uploaded', '-'):>8} {r.get('files_reused', '-'):>6} "
               f"{r['seconds']:>6.2f}")
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, time.strftime("s3-commit-%Y%m%d-%H%M%S.json"))
-    with open(path, "w") as f:
-        json.dump({"keys": args.keys, "value_bytes": args.value_bytes, "change": args.change,
-                   "commits": rows, "restore_same_machine": restores["here"],
-                   "restore_other_machine": restores["elsewhere"]}, f, indent=1)
-    print(f"wrote {path}")
+    import history
+
+    path = history.record(args.out, "s3_commit", {
+        "keys": args.keys, "value_bytes": args.value_bytes, "change": args.change,
+        "commits": rows, "restore_same_machine": restores["here"],
+        "restore_other_machine": restores["elsewhere"]})
+    print(f"wrote {path} and its line in history.jsonl")
     return 0
 
 

@@ -128,7 +128,19 @@ class WorkerEnvironmentError(StateEngineError, RuntimeError):
 class ProcessorUsageError(StateEngineError, RuntimeError):
     """A Spark StatefulProcessor used its handle in a way transformWithState refuses too:
     timers in time mode None, TTL outside ProcessingTime, state access without a grouping key,
-    null values, a state its init() did not declare on the driver."""
+    null values, a state its init() did not declare on the driver. ``error_class`` is the
+    error class Spark raises for the same misuse (None where Spark has none); the message
+    starts with it in brackets, as Spark's messages do."""
+
+    def __init__(self, message: str, error_class: str | None = None) -> None:
+        super().__init__(f"[{error_class}] {message}" if error_class else message)
+        self.error_class = error_class
+
+    def __reduce__(self) -> tuple:  # the class survives pickling (Spark workers to driver)
+        text = str(self)
+        if self.error_class:
+            text = text[len(self.error_class) + 3:]
+        return type(self), (text, self.error_class)
 
 
 class UserFunctionError(StateEngineError, RuntimeError):

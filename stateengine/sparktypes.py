@@ -399,6 +399,37 @@ def from_spark(dt: Any, depth: int = 1) -> DataType:
                       f"date, timestamp, timestamp_ntz, array, map or struct")
 
 
+_TO_SPARK_ATOMIC = {name: spark for spark, name in _SPARK_ATOMIC.items()
+                    if spark not in ("CharType", "VarcharType")}
+
+
+def to_spark(t: DataType) -> Any:
+    """The pyspark DataType of t (built without a SparkSession or JVM)."""
+    from pyspark.sql import types as T
+
+    if isinstance(t, AtomicType):
+        return getattr(T, _TO_SPARK_ATOMIC[t.name])()
+    if isinstance(t, DecimalType):
+        return T.DecimalType(t.precision, t.scale)
+    if isinstance(t, ArrayType):
+        return T.ArrayType(to_spark(t.element), t.contains_null)
+    if isinstance(t, MapType):
+        return T.MapType(to_spark(t.key), to_spark(t.value), t.value_contains_null)
+    return T.StructType([T.StructField(f.name, to_spark(f.type), f.nullable) for f in t.fields])
+
+
+def spark_struct(spec: Any) -> Any:
+    """A DataFrame schema as pyspark's StructType, from DDL (``"user string, n long"``) or a
+    pyspark type, without a JVM: what ``spark.createDataFrame([], spec).schema`` gives (a
+    type that is not a struct becomes the single field ``value``)."""
+    if not isinstance(spec, str) and is_spark_type(spec) and type(spec).__name__ == "StructType":
+        return spec
+    t = to_schema(spec)
+    if not isinstance(t, StructType):
+        t = StructType((StructField("value", t, True),))
+    return to_spark(t)
+
+
 def to_schema(spec: Any) -> DataType:
     """The type model of a DDL string, a pyspark DataType or a type of this module."""
     if isinstance(spec, DataType):

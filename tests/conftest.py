@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -114,6 +116,24 @@ def s3_server(tmp_path_factory):
         pytest.fail(str(e), pytrace=False)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> str:
+    """The release wheel (static Release RocksDB, repaired by auditwheel): the one in
+    $STATEENGINE_WHEELHOUSE if set (scripts/test-wheel.sh sets it), else built by
+    scripts/build-wheel.sh, which reuses its cached RocksDB build (the first build compiles
+    RocksDB)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = os.environ.get("STATEENGINE_WHEELHOUSE") or str(tmp_path_factory.mktemp("wheelhouse"))
+    tag = "cp%d%d" % sys.version_info[:2]
+    if not any(f.endswith(".whl") and f"-{tag}-" in f for f in os.listdir(out)):
+        subprocess.run([os.path.join(root, "scripts", "build-wheel.sh"), out], check=True,
+                       cwd=root, stdout=subprocess.DEVNULL)
+    wheels = sorted(f for f in os.listdir(out)
+                    if f.startswith("stateengine-") and "manylinux" in f and f"-{tag}-" in f)
+    assert wheels, f"no repaired {tag} wheel in {out}"
+    return os.path.join(out, wheels[-1])
 
 
 @dataclass

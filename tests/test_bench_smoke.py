@@ -1,4 +1,4 @@
-"""bench/run.py --quick runs every case and writes its three outputs.
+"""bench/run.py --quick runs every case and writes its outputs and its history line.
 
 Only that the benchmark runs is specified here; no time or rate is ever asserted (numbers
 depend on the machine and its load, see bench/results/latest.md for a real run).
@@ -56,6 +56,11 @@ def test_quick_run_writes_json_markdown_and_png_with_every_case(tmp_path):
     for name in listed:
         assert f"| {name} |" in md, name
     assert (out / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    stamped = [p for p in out.glob("*.json") if p.name != "latest.json"]
-    assert len(stamped) == 1
+    assert [p.name for p in out.glob("*.json")] == ["latest.json"]
+    assert len(list((out / "runs").glob("*.json"))) == 1
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 1 and history[0]["scale"] == "quick"
+    assert history[0]["rocksdb"] == "debian" and history[0]["cases"] == len(listed)
+    assert history[0]["figures"]["spark.vectorized"] == pytest.approx(next(
+        r["value"] for r in doc["results"] if r["name"] == "spark.vectorized"), abs=0.5)
     assert not list(tmp_path.glob("stateengine-bench-*")), "the scratch directory was left behind"

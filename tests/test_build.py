@@ -21,7 +21,7 @@ def setup_module_():
 
 def _says_what_to_install(message: str) -> None:
     assert "apt-get install librocksdb-dev" in message
-    assert "conan install" in message and "PKG_CONFIG_PATH" in message
+    assert "scripts/build-rocksdb.sh" in message and "PKG_CONFIG_PATH" in message
 
 
 def test_missing_pkg_config_package_is_one_clear_error(setup_module_):
@@ -59,7 +59,7 @@ def test_installed_rocksdb_flags_are_found(setup_module_):
 
 
 def test_pc_files_from_pkg_config_path_are_used(setup_module_, monkeypatch, tmp_path):
-    """The path conan's PkgConfigDeps takes: a rocksdb.pc in a folder on PKG_CONFIG_PATH."""
+    """A rocksdb.pc in a folder on PKG_CONFIG_PATH (scripts/build-rocksdb.sh writes one)."""
     (tmp_path / "rocksdb.pc").write_text(
         f"prefix={tmp_path}\nName: rocksdb\nDescription: test\nVersion: 9.10.0\n"
         "Libs: -L${prefix}/lib -lrocksdb -lzstd -pthread\nCflags: -I${prefix}/include -DROCKSDB_X\n")
@@ -71,3 +71,19 @@ def test_pc_files_from_pkg_config_path_are_used(setup_module_, monkeypatch, tmp_
     assert flags["libraries"][:2] == ["rocksdb", "zstd"]
     assert "-DROCKSDB_X" in flags["extra_compile_args"]
     assert "-pthread" in flags["extra_link_args"]
+
+
+def test_static_rocksdb_pc_links_snappy_once(setup_module_, monkeypatch, tmp_path):
+    """scripts/build-rocksdb.sh's rocksdb.pc links snappy's static archive and hides RocksDB's
+    symbols; no shared -lsnappy follows it (that would make the wheel need libsnappy.so)."""
+    (tmp_path / "rocksdb.pc").write_text(
+        f"prefix={tmp_path}\nName: rocksdb\nDescription: test\nVersion: 7.8.3\n"
+        "Libs: -L${prefix}/lib -l:librocksdb.a -l:libsnappy.a -l:liblz4.a -lpthread "
+        "-Wl,--exclude-libs,ALL\nCflags: -I${prefix}/include\n")
+    (tmp_path / "snappy.pc").write_text(
+        "Name: snappy\nDescription: test\nVersion: 1.1.9\nLibs: -lsnappy\nCflags:\n")
+    monkeypatch.setenv("PKG_CONFIG_PATH", str(tmp_path))
+    monkeypatch.setenv("PKG_CONFIG_LIBDIR", str(tmp_path))
+    flags = setup_module_.rocksdb_build_flags()
+    assert flags["libraries"] == [":librocksdb.a", ":libsnappy.a", ":liblz4.a", "pthread"]
+    assert flags["extra_link_args"] == ["-Wl,--exclude-libs,ALL"]

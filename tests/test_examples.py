@@ -110,27 +110,31 @@ def _documented_names() -> set[str]:
     return names
 
 
-def test_api_reference_covers_every_public_name():
+def _public_modules() -> tuple:
+    """The modules whose ``__all__`` is the public API."""
     import stateengine
     import stateengine.spark
+    import stateengine.testing
 
+    return stateengine, stateengine.spark, stateengine.testing
+
+
+def test_api_reference_covers_every_public_name():
     documented = _documented_names()
-    for module in (stateengine, stateengine.spark):
+    modules = _public_modules()
+    for module in modules:
         missing = [f"{module.__name__}.{n}" for n in module.__all__
                    if f"{module.__name__}.{n}" not in documented]
         assert not missing, f"add these to a page under docs/reference/: {missing}"
+    by_name = {m.__name__: m for m in modules}
     unknown = [n for n in documented if n.rsplit(".", 1)[1] not in
-               getattr(stateengine.spark if n.startswith("stateengine.spark.") else stateengine,
-                       "__all__")]
+               getattr(by_name.get(n.rsplit(".", 1)[0], modules[0]), "__all__")]
     assert not unknown, f"reference entries that are not public names: {unknown}"
 
 
 def test_every_public_name_has_a_docstring():
-    import stateengine
-    import stateengine.spark
-
     undocumented = []
-    for module in (stateengine, stateengine.spark):
+    for module in _public_modules():
         for name in module.__all__:
             obj = getattr(module, name)
             doc = inspect.getdoc(obj) or ""
@@ -152,11 +156,8 @@ def test_every_public_member_has_a_docstring():
     (inherited ones included, the Cython base classes' too) say what they do."""
     import enum
 
-    import stateengine
-    import stateengine.spark
-
     undocumented = []
-    for module in (stateengine, stateengine.spark):
+    for module in _public_modules():
         for name in module.__all__:
             cls = getattr(module, name)
             if not inspect.isclass(cls) or issubclass(cls, (BaseException, enum.Enum)):

@@ -16,7 +16,8 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming import stateful_processor as sp
 
 from stateengine.errors import ProcessorUsageError, SerializationError, StateRegistrationError
-from stateengine.spark.processor_handle import ProcessorHandle, ProcessorRuntime
+from stateengine.spark.processor_handle import INITIALIZED, TIMER_PROCESSED, ProcessorHandle, \
+    ProcessorRuntime
 from stateengine.spark.processor_values import RowCodec
 
 ALL_TYPES = T.StructType([
@@ -126,11 +127,16 @@ def test_list_and_map_state_methods(handle):
 def test_state_needs_a_grouping_key_and_reserved_names(handle):
     rt, h = handle()
     v = h.getValueState("v", T.StructType([T.StructField("n", T.LongType())]))
-    with pytest.raises(ProcessorUsageError, match="needs a grouping key"):
+    with pytest.raises(ProcessorUsageError, match=r"^\[INTERNAL_ERROR_TWS\] state 'v' needs a "
+                                                  r"grouping key") as info:
         v.get()  # as in init()
-    with pytest.raises(ProcessorUsageError, match="needs a grouping key"):
+    assert info.value.error_class == "INTERNAL_ERROR_TWS"
+    with pytest.raises(ProcessorUsageError, match=r"^\[STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_"
+                                                  r"WITH_INVALID_HANDLE_STATE\] register_timer "
+                                                  r"needs a grouping key.*not in init\(\)"):
         h.registerTimer(5)
-    with pytest.raises(StateRegistrationError, match="reserved"):
+    with pytest.raises(StateRegistrationError, match=r"^\[STATE_STORE_CANNOT_CREATE_COLUMN_FAMILY_"
+                                                     r"WITH_RESERVED_CHARS\] .*reserved"):
         h.getValueState("$timers", T.StructType([T.StructField("n", T.LongType())]))
     with pytest.raises(ProcessorUsageError, match="was not declared"):
         h.getValueState("w", "n long")  # a DDL the driver never parsed
@@ -138,6 +144,7 @@ def test_state_needs_a_grouping_key_and_reserved_names(handle):
 
 def test_timers_per_key_fire_from_a_snapshot_and_are_deleted_after_their_handler(handle):
     rt, h = handle("ProcessingTime")
+    rt.phase = INITIALIZED  # as after init()
     rt.set_key("a")
     for ts in (30, 10, 20, 10):
         h.registerTimer(ts)
@@ -162,9 +169,37 @@ def test_timers_per_key_fire_from_a_snapshot_and_are_deleted_after_their_handler
 def test_timer_calls_are_refused_in_time_mode_none(handle):
     rt, h = handle("None")
     rt.set_key("a")
-    for call in (lambda: h.registerTimer(1), lambda: h.deleteTimer(1), h.listTimers):
-        with pytest.raises(ProcessorUsageError, match="time mode None"):
+    rt.phase = INITIALIZED
+    for op, call in (("register_timer", lambda: h.registerTimer(1)),
+                     ("delete_timer", lambda: h.deleteTimer(1)), ("list_timers", h.listTimers)):
+        with pytest.raises(ProcessorUsageError, match="time mode None") as info:
             call()
+        assert str(info.value).startswith(
+            f"[STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE] {op} ")
+
+
+def test_states_are_declared_and_deleted_only_in_init_and_timers_only_with_a_key(handle):
+    """Spark's handle states: declaring and deleting in init() (CREATED) only; timers from
+    the input on, not in close() (TIMER_PROCESSED)."""
+    rt, h = handle("ProcessingTime", schemas={"n long": T.StructType([T.StructField(
+        "n", T.LongType())])})
+    h.getValueState("v", "n long")
+    rt.phase = INITIALIZED
+    rt.set_key("a")
+    h.registerTimer(5)
+    for op, call in (("get_value_state", lambda: h.getValueState("w", "n long")),
+                     ("get_list_state", lambda: h.getListState("w", "n long")),
+                     ("get_map_state", lambda: h.getMapState("w", "n long", "n long")),
+                     ("delete_if_exists", lambda: h.deleteIfExists("v"))):
+        with pytest.raises(ProcessorUsageError) as info:
+            call()
+        assert info.value.error_class == "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_" \
+                                         "INVALID_HANDLE_STATE"
+        assert f"] {op} is allowed only in init(), not in handleInputRows" in str(info.value)
+    rt.phase = TIMER_PROCESSED
+    with pytest.raises(ProcessorUsageError, match=r"not in close\(\) \(handle state "
+                                                  r"TIMER_PROCESSED\)"):
+        h.registerTimer(6)
 
 
 def test_delete_if_exists_clears_a_state_for_every_key(handle):
@@ -179,4 +214,64 @@ def test_delete_if_exists_clears_a_state_for_every_key(handle):
     h.deleteIfExists("never-declared")  # nothing to delete
     for k in ("a", "b", "c"):
         rt.set_key(k)
-        assert old.get() is None and keep.get() == (2,)
+        assert keep.get() == (2,)
+        for call in (old.get, old.exists, old.clear, lambda: old.update((3,))):
+            with pytest.raises(ProcessorUsageError, match="^Value state old is not initialized: "
+                                                          r"deleteIfExists\('old'\) removed it"):
+                call()  # as Spark's handle raises; nothing is written again
+    again = h.getValueState("old", T.StructType([T.StructField("n", T.LongType())]))
+    for k in ("a", "b", "c"):
+        rt.set_key(k)
+        assert again.get() is None and old.get() is None  # declared again: both handles work
+    old.update((4,))
+    assert again.get() == (4,)
+
+
+def test_a_deleted_list_or_map_reads_as_empty_and_raises_elsewhere_as_in_spark(handle):
+    rt, h = handle()
+    lst = h.getListState("l", T.StructType([T.StructField("x", T.LongType())]))
+    m = h.getMapState("m", T.StructType([T.StructField("k", T.LongType())]),
+                      T.StructType([T.StructField("n", T.LongType())]))
+    rt.set_key("a")
+    lst.appendValue((1,))
+    m.updateValue((1,), (2,))
+    h.deleteIfExists("l")
+    h.deleteIfExists("m")
+    assert list(lst.get()) == [] and list(m.iterator()) == [] and list(m.keys()) == [] \
+        and list(m.values()) == []
+    for kind, call in (("List", lst.exists), ("List", lambda: lst.put([(1,)])),
+                       ("List", lambda: lst.appendValue((1,))), ("List", lst.clear),
+                       ("List", lambda: lst.appendList([(1,)])), ("Map", m.exists),
+                       ("Map", lambda: m.getValue((1,))), ("Map", lambda: m.containsKey((1,))),
+                       ("Map", lambda: m.updateValue((1,), (3,))), ("Map", m.clear),
+                       ("Map", lambda: m.removeKey((1,)))):
+        with pytest.raises(ProcessorUsageError, match=f"^{kind} state . is not initialized"):
+            call()
+
+
+def test_get_after_exists_reads_once_and_never_hands_out_a_value_twice(handle):
+    """exists() keeps what it read for the get() that follows it; a write, another key or a
+    second get() reads again, and each get() returns its own objects."""
+    rt, h = handle()
+    schema = T.StructType([T.StructField("n", T.LongType()),
+                           T.StructField("xs", T.ArrayType(T.LongType()))])
+    v, w = h.getValueState("v", schema), h.getValueState("w", schema)
+    rt.set_key("a")
+    v.update((1, [1]))
+    rt.set_key("b")
+    v.update((2, [2]))
+    assert v.exists() and v.get() == (2, [2])
+    assert v.exists()
+    v.update((3, [3]))
+    assert v.get() == (3, [3])  # not what exists() saw before the update
+    assert v.exists()
+    rt.set_key("a")
+    assert v.get() == (1, [1])  # another key
+    assert v.exists() and not w.exists() and v.get() == (1, [1])  # w's read is not v's
+    assert v.exists()
+    first = v.get()
+    first[1].append(99)
+    assert v.get() == (1, [1])  # a fresh read: the first value's list is its own
+    assert v.exists()
+    v.clear()
+    assert v.get() is None

@@ -1,6 +1,7 @@
 """A real Spark standalone cluster on loopback: master and two workers started with
 bin/spark-class, executors running Python from a separate virtualenv into which only the
-repaired stateengine wheel (and pandas/pyarrow/numpy) was installed."""
+release wheel (the ``wheel`` fixture of conftest.py) and pandas/pyarrow/numpy were installed.
+tests/test_spark_netns_cluster.py runs a cluster whose machines share nothing but a network."""
 
 import json
 import os
@@ -43,18 +44,6 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    prebuilt = os.environ.get("STATEENGINE_WHEELHOUSE")
-    out = prebuilt or str(tmp_path_factory.mktemp("wheelhouse"))
-    if not prebuilt or not any(f.endswith(".whl") for f in os.listdir(out)):
-        subprocess.run([os.path.join(ROOT, "scripts", "build-wheel.sh"), out], check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)
-    wheels = [f for f in os.listdir(out) if f.startswith("stateengine-") and "manylinux" in f]
-    assert wheels, f"no repaired wheel in {out}"
-    return os.path.join(out, sorted(wheels)[-1])
 
 
 @pytest.fixture(scope="module")

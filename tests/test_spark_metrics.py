@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pandas as pd
+import pyspark
 import pytest
 
 from stateengine import ValueStateDescriptor
@@ -107,7 +108,12 @@ def check_query(session, tmp_path, operator_id):
     first = observed_metrics(progress[0], operator_id)
     assert first["numRowsUpdated"] == data[0]["user"].nunique() and first["numEmpty"] == 3
     assert first["numRowsTotal"] == data[0]["user"].nunique() and first["commitTimeMs"] >= 0
-    assert observed_metrics(query.lastProgress, operator_id) is not None
+    last = query.lastProgress
+    # Spark 3.5 reports observed metrics only for batches with data, and the last batch is the
+    # one without data that the step asks for after the watermark moved
+    assert observed_metrics(last, operator_id) is not None or (
+        int(pyspark.__version__.split(".")[0]) < 4 and
+        (last["numInputRows"] if isinstance(last, dict) else last.numInputRows) == 0)
 
     # the user's output: declared columns only, no metrics rows
     out = session.read.parquet(os.path.join(base, "out"))
@@ -115,7 +121,10 @@ def check_query(session, tmp_path, operator_id):
     rows = out.collect()
     assert all(r.user is not None and r.kind in ("update", "timer") for r in rows)
     assert sum(r.kind == "update" for r in rows) == sum(d["user"].nunique() for d in data)
-    fired = sum(observed_metrics(p, operator_id)["numTimersFired"] for p in progress)
+    # every batch's timers, from its manifests (the batch without data fires some, and Spark
+    # 3.5 leaves it out of observedMetrics)
+    fired = sum(state_metrics(state, p["batchId"] if isinstance(p, dict) else p.batchId,
+                              operator_id).spark["numTimersFired"] for p in query.recentProgress)
     assert fired > 0 and sum(r.kind == "timer" for r in rows) == fired
 
 

@@ -1,8 +1,10 @@
 """Spark users' StatefulProcessors, unchanged, on stateengine: each processor of
 tests/tws_processors.py runs through Spark's real transformWithStateInPandas /
-transformWithState (a streaming query over a file source, RocksDB state store provider) and
-through stateengine.spark over the same batches (same batch ids, watermarks and batch
-timestamps, read from Spark's offset log); the outputs must be equal batch by batch."""
+transformWithState (a streaming query over a file source, RocksDB state store provider), then
+over the same batches (same batch ids, watermarks and batch timestamps, read from Spark's offset
+log) through stateengine.spark on a SparkSession and through stateengine.testing's harness
+without Spark (``engine``); the outputs must be equal batch by batch. Each case is one
+``Scenario`` (tests/tws_compare.py) that both replays run."""
 
 from __future__ import annotations
 
@@ -22,21 +24,36 @@ pytest.importorskip("pyspark.sql.streaming.stateful_processor",
                     reason="Spark's transformWithState needs pyspark >= 4.0")
 
 from tests import tws_processors as P  # noqa: E402
-from tests.tws_compare import assert_same, run_spark, run_stateengine, sort_rows  # noqa: E402
+from tests.tws_compare import Scenario, assert_same, replay_harness, replay_spark, \
+    run_spark, sort_rows  # noqa: E402
 
 T0 = 1_700_000_000_000
+
+
+ENGINES = ["spark", "harness"]
 
 
 def _frames(batches: list[list[tuple]], columns: list[str]) -> list[pd.DataFrame]:
     return [pd.DataFrame(rows, columns=columns) for rows in batches]
 
 
+def replay(engine, session, batches, schema, scenario, tmp_path):
+    """Spark's batches through stateengine.spark (on ``session``) or the local harness."""
+    if engine == "harness":
+        return replay_harness(batches, scenario, str(tmp_path / "harness"))
+    return replay_spark(session, batches, schema, scenario, str(tmp_path / "state"))
+
+
 STATES_SCHEMA = "user string, region int, amount double, tag string"
+INITIAL_ROWS, INITIAL_SCHEMA = [("u1", 1, 10), ("u1", 1, 11), ("u9", 9, 12)], \
+    "user string, region int, seed long"
+EVERY_STATE_METHOD = Scenario(P.EveryStateMethod, ["user", "region"], P.SUMMARY_SCHEMA,
+                              STATES_SCHEMA, initial_rows=INITIAL_ROWS,
+                              initial_schema=INITIAL_SCHEMA, num_partitions=3)
 
 
 def _initial_states(session):
-    return session.createDataFrame([("u1", 1, 10), ("u1", 1, 11), ("u9", 9, 12)],
-                                   "user string, region int, seed long")
+    return session.createDataFrame(INITIAL_ROWS, INITIAL_SCHEMA)
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +74,20 @@ def every_state_method_in_spark(spark, tmp_path_factory):
     return batches
 
 
-def _replay_every_state_method(session, batches, state_dir):
-    initial = _initial_states(session)
-    return run_stateengine(session, batches, STATES_SCHEMA, lambda df: df,
-                           lambda df, b: transform_with_state_in_pandas(
-                               df, P.EveryStateMethod(), ["user", "region"], P.SUMMARY_SCHEMA,
-                               state_dir, batch_id=b.batch_id, initial_state=initial,
-                               num_partitions=3))
-
-
+@pytest.mark.parametrize("engine", ENGINES)
 def test_every_state_method_with_two_column_keys_and_initial_state(
-        spark, every_state_method_in_spark, tmp_path):
+        spark, every_state_method_in_spark, tmp_path, engine):
     batches = every_state_method_in_spark
-    assert_same(batches, _replay_every_state_method(spark, batches, str(tmp_path / "state")))
+    assert_same(batches, replay(engine, spark, batches, STATES_SCHEMA, EVERY_STATE_METHOD,
+                                tmp_path))
 
 
 def test_every_state_method_on_spark_connect(connect, every_state_method_in_spark, tmp_path):
     """The same processor through a Spark Connect session (no SparkContext, RDD or JVM on the
     driver path)."""
     batches = every_state_method_in_spark
-    assert_same(batches, _replay_every_state_method(connect, batches, str(tmp_path / "state")))
+    assert_same(batches, replay("spark", connect, batches, STATES_SCHEMA, EVERY_STATE_METHOD,
+                                tmp_path))
 
 
 def test_moving_a_spark_query_state_with_bootstrap_state(spark, every_state_method_in_spark,
@@ -127,88 +138,100 @@ def test_every_state_method_inside_the_streaming_query(spark, every_state_method
     assert_same(batches, got)
 
 
-def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, tmp_path):
-    schema = "key string, t long"
+EVENT_SCHEMA = "key string, t long"
+EVENT_OUT = "key string, kind string, at long, watermark long, info string"
+EVENT_TIME_SESSIONS = Scenario(
+    P.EventTimeSessions, ["key"], EVENT_OUT, "key string, ts timestamp", time_mode="EventTime",
+    event_time_column="ts",
+    prepare=lambda df: df.selectExpr("key", "timestamp_millis(t) AS ts")
+    .withWatermark("ts", "5 seconds"),
+    prepare_pandas=lambda pdf: pd.DataFrame({"key": pdf["key"],
+                                             "ts": pd.to_datetime(pdf["t"], unit="ms")}))
+
+
+@pytest.fixture(scope="module")
+def event_time_in_spark(spark, tmp_path_factory):
     frames = _frames([
         [("a", T0), ("x", T0), ("r", T0)],
         [("a", T0 + 3000), ("x", T0 + 1000), ("late", T0 - 20_000)],
         [("b", T0 + 20_000), ("a", T0 - 10_000), ("x", T0 + 19_000)],
     ], ["key", "t"])
-    out = "key string, kind string, at long, watermark long, info string"
-
-    def prepare(df):
-        return df.selectExpr("key", "timestamp_millis(t) AS ts").withWatermark("ts", "5 seconds")
-
-    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
-                        lambda s: prepare(s).groupBy("key").transformWithStateInPandas(
-                            P.EventTimeSessions(), out, "Update", "EventTime"))
+    sc = EVENT_TIME_SESSIONS
+    batches = run_spark(spark, str(tmp_path_factory.mktemp("spark")), frames, EVENT_SCHEMA,
+                        lambda s: sc.prepare(s).groupBy("key").transformWithStateInPandas(
+                            sc.processor(), sc.output, "Update", "EventTime"))
     assert len(batches) > len(frames) and not batches[-1].files  # Spark ran empty batches
-    ours = run_stateengine(spark, batches, schema, prepare,
-                           lambda df, b: transform_with_state_in_pandas(
-                               df, P.EventTimeSessions(), "key", out, str(tmp_path / "state"),
-                               time_mode="EventTime", batch_id=b.batch_id,
-                               watermark=b.watermark, processing_time=b.timestamp,
-                               event_time_column="ts", num_partitions=2))
-    assert_same(batches, ours)
     assert any("timer" in r[1] for b in batches for r in b.rows)
+    return batches
 
 
-def test_processing_time_timers_and_ttl(spark, tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_event_time_timers_watermarks_late_rows_and_empty_batches(spark, event_time_in_spark,
+                                                                   tmp_path, engine):
+    assert_same(event_time_in_spark, replay(engine, spark, event_time_in_spark, EVENT_SCHEMA,
+                                            EVENT_TIME_SESSIONS, tmp_path))
+
+
+TIMERS_SCHEMA = "key string, n long"
+TIMERS_AND_TTL = Scenario(P.TimersAndTtl, ["key"],
+                          "key string, kind string, at long, rows long, state string",
+                          TIMERS_SCHEMA, time_mode="ProcessingTime")
+
+
+@pytest.fixture(scope="module")
+def timers_and_ttl_in_spark(spark, tmp_path_factory):
+    frames = _frames([[("a", 1), ("b", 1), ("c", 1), ("d", 1)], [("a", 2), ("c", 2), ("d", 2)],
+                      [("b", 3)], [("a", 4), ("d", 4)]], ["key", "n"])
+    sc = TIMERS_AND_TTL
+    batches = run_spark(spark, str(tmp_path_factory.mktemp("spark")), frames, TIMERS_SCHEMA,
+                        lambda s: s.groupBy("key").transformWithStateInPandas(
+                            sc.processor(), sc.output, "Update", "ProcessingTime"),
+                        until_extra=2)
+    assert not batches[-1].files  # Spark ran batches without data
+    fired = {r[0] for b in batches for r in b.rows if r[1] == "timer"}
+    assert {"a", "b", "d"} <= fired and "c" not in fired
+    return batches
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_processing_time_timers_and_ttl(spark, timers_and_ttl_in_spark, tmp_path, engine):
     """Timers fire after the input of their batch (also those registered in the past during
     it), by a snapshot taken when the input is done; TTL against the batch timestamp on value,
     list and map state; Spark's empty batches fire due timers."""
-    schema = "key string, n long"
-    frames = _frames([[("a", 1), ("b", 1), ("c", 1), ("d", 1)], [("a", 2), ("c", 2), ("d", 2)],
-                      [("b", 3)], [("a", 4), ("d", 4)]], ["key", "n"])
-    out = "key string, kind string, at long, rows long, state string"
-    batches = run_spark(spark, str(tmp_path / "spark"), frames, schema,
-                        lambda s: s.groupBy("key").transformWithStateInPandas(
-                            P.TimersAndTtl(), out, "Update", "ProcessingTime"), until_extra=2)
-    assert not batches[-1].files  # Spark ran batches without data
-    ours = run_stateengine(spark, batches, schema, lambda df: df,
-                           lambda df, b: transform_with_state_in_pandas(
-                               df, P.TimersAndTtl(), "key", out, str(tmp_path / "state"),
-                               time_mode="ProcessingTime", batch_id=b.batch_id,
-                               processing_time=b.timestamp, num_partitions=2))
-    assert_same(batches, ours)
-    fired = {r[0] for b in batches for r in b.rows if r[1] == "timer"}
-    assert {"a", "b", "d"} <= fired and "c" not in fired
+    assert_same(timers_and_ttl_in_spark, replay(engine, spark, timers_and_ttl_in_spark,
+                                                TIMERS_SCHEMA, TIMERS_AND_TTL, tmp_path))
 
 
 ROWS_SCHEMA = "user string, amount double"
-ROWS_OUT = "user string, total double, seen string"
+ROWS_WITH_INITIAL_STATE = Scenario(
+    P.RowsWithInitialState, ["user"], "user string, total double, seen string", ROWS_SCHEMA,
+    time_mode="ProcessingTime", flavour="row",
+    initial_rows=[("u1", 100.0), ("u1", 10.0), ("u4", 1.0)],
+    initial_schema="user string, init double")
 
 
 @pytest.fixture(scope="module")
 def rows_in_spark(spark, tmp_path_factory):
     frames = _frames([[("u1", 1.0), ("u2", 2.0), ("u1", 3.0)], [("u1", 4.0), ("u3", 5.0)]],
                      ["user", "amount"])
-    initial = spark.createDataFrame([("u1", 100.0), ("u1", 10.0), ("u4", 1.0)],
-                                    "user string, init double")
+    sc = ROWS_WITH_INITIAL_STATE
+    initial = spark.createDataFrame(sc.initial_rows, sc.initial_schema)
     return run_spark(spark, str(tmp_path_factory.mktemp("spark")), frames, ROWS_SCHEMA,
                      lambda s: s.groupBy("user").transformWithState(
-                         P.RowsWithInitialState(), ROWS_OUT, "Update", "ProcessingTime",
+                         sc.processor(), sc.output, "Update", "ProcessingTime",
                          initialState=initial.groupBy("user")), until_extra=1)
 
 
-def _replay_rows(session, batches, state_dir):
-    initial = session.createDataFrame([("u1", 100.0), ("u1", 10.0), ("u4", 1.0)],
-                                      "user string, init double")
-    return run_stateengine(session, batches, ROWS_SCHEMA, lambda df: df,
-                           lambda df, b: transform_with_state(
-                               df, P.RowsWithInitialState(), "user", ROWS_OUT, state_dir,
-                               time_mode="ProcessingTime", batch_id=b.batch_id,
-                               processing_time=b.timestamp, initial_state=initial,
-                               num_partitions=2))
-
-
+@pytest.mark.parametrize("engine", ENGINES)
 def test_row_flavour_with_initial_state_and_processing_time_timer(spark, rows_in_spark,
-                                                                    tmp_path):
-    assert_same(rows_in_spark, _replay_rows(spark, rows_in_spark, str(tmp_path / "state")))
+                                                                    tmp_path, engine):
+    assert_same(rows_in_spark, replay(engine, spark, rows_in_spark, ROWS_SCHEMA,
+                                      ROWS_WITH_INITIAL_STATE, tmp_path))
 
 
 def test_row_flavour_on_spark_connect(connect, rows_in_spark, tmp_path):
-    assert_same(rows_in_spark, _replay_rows(connect, rows_in_spark, str(tmp_path / "state")))
+    assert_same(rows_in_spark, replay("spark", connect, rows_in_spark, ROWS_SCHEMA,
+                                      ROWS_WITH_INITIAL_STATE, tmp_path))
 
 
 @pytest.mark.parametrize("flavour", ["row", "pandas"])

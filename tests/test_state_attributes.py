@@ -124,9 +124,11 @@ def test_invalid_attributes_behind_a_valid_checksum_are_corruption(tmp_path, cha
         decode_handle(data, str(tmp_path / "ck"), "m.json", None)
 
 
-def test_nan_in_a_document_is_corruption_not_a_raw_error(tmp_path):
+@pytest.mark.parametrize("number", [b"NaN", b"1e999", b"-1e400"])
+def test_a_non_finite_number_in_a_document_is_corruption_not_a_raw_error(tmp_path, number):
+    # 1e999 is valid JSON that parses as infinity (found by tests/fuzz documents_py)
     data = _sealed_manifest_with(tmp_path, lambda s: None)
-    damaged = data.replace(b'"millis":60000', b'"millis":NaN')
+    damaged = data.replace(b'"millis":60000', b'"millis":' + number)
     with pytest.raises(CorruptionError, match="m.json"):
         decode_handle(damaged, str(tmp_path / "ck"), "m.json", None)
 
@@ -134,7 +136,7 @@ def test_nan_in_a_document_is_corruption_not_a_raw_error(tmp_path):
 def test_meta_block_refuses_attributes_that_are_no_plain_json():
     meta = SnapshotMeta(128, (2,), False, True, [_meta(ttl=1)])
     data = meta.encode()
-    for bad in (b'{"ttl":NaN}', b'{"ttl":Infinity}', b'{"ttl":' + b"[" * 40 + b"]" * 40 + b"}"):
+    for bad in (b'{"ttl":NaN}', b'{"ttl":Infinity}', b'{"ttl":1e999}', b'{"ttl":' + b"[" * 40 + b"]" * 40 + b"}"):
         blob = bytearray(data.replace(b'{"ttl":1}', bad))
         at = data.index(b'{"ttl":1}') - 4
         blob[at:at + 4] = len(bad).to_bytes(4, "big")

@@ -155,6 +155,78 @@ def run_stateengine(spark: Any, batches: list[SparkBatch], schema: str,
     return out
 
 
+@dataclass
+class Scenario:
+    """One processor case, as both stateengine paths run it: through ``stateengine.spark`` on
+    a SparkSession (``replay_spark``) and through ``stateengine.testing``'s harness without
+    Spark (``replay_harness``). ``prepare`` / ``prepare_pandas`` turn the files' rows into the
+    operator's input (Spark SQL / pandas, the same columns); ``input_schema`` is that input's
+    schema."""
+
+    processor: Callable[[], Any]
+    grouping: list[str]
+    output: str
+    input_schema: str
+    time_mode: str = "None"
+    flavour: str = "pandas"
+    initial_rows: list[tuple] | None = None
+    initial_schema: str | None = None
+    event_time_column: str | None = None
+    num_partitions: int = 2
+    prepare: Callable[[Any], Any] = lambda df: df
+    prepare_pandas: Callable[[pd.DataFrame], pd.DataFrame] = lambda pdf: pdf
+
+
+def replay_spark(session: Any, batches: list[SparkBatch], schema: str, sc: Scenario,
+                 state_dir: str) -> dict[int, list[tuple]]:
+    """Spark's batches replayed through ``stateengine.spark`` (one call per batch)."""
+    from stateengine.spark import transform_with_state, transform_with_state_in_pandas
+
+    run = transform_with_state_in_pandas if sc.flavour == "pandas" else transform_with_state
+    initial = None if sc.initial_rows is None else \
+        session.createDataFrame(sc.initial_rows, sc.initial_schema)
+    timed = sc.time_mode != "None"
+    return run_stateengine(session, batches, schema, sc.prepare, lambda df, b: run(
+        df, sc.processor(), sc.grouping, sc.output, state_dir, time_mode=sc.time_mode,
+        batch_id=b.batch_id, processing_time=b.timestamp if timed else None,
+        watermark=b.watermark if sc.time_mode == "EventTime" else None, initial_state=initial,
+        event_time_column=sc.event_time_column, num_partitions=sc.num_partitions))
+
+
+def read_files(files: list[str]) -> pd.DataFrame | None:
+    """A batch's input files read without Spark (None: a batch without data)."""
+    import pyarrow.parquet as pq
+
+    if not files:
+        return None
+    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+
+
+def replay_harness(batches: list[SparkBatch], sc: Scenario,
+                   directory: str) -> dict[int, list[tuple]]:
+    """Spark's batches replayed through ``stateengine.testing.ProcessorHarness``: no Spark,
+    the same batch timestamps and watermarks."""
+    from stateengine.testing import ProcessorHarness
+
+    initial = None if sc.initial_rows is None else \
+        pd.DataFrame(sc.initial_rows, columns=[c.split()[0] for c in
+                                               sc.initial_schema.split(",")])
+    out = {}
+    with ProcessorHarness(sc.processor(), sc.grouping, sc.output, flavour=sc.flavour,
+                          time_mode=sc.time_mode, input_schema=sc.input_schema,
+                          initial_state=initial, initial_state_schema=sc.initial_schema,
+                          event_time_column=sc.event_time_column,
+                          num_partitions=sc.num_partitions, directory=directory) as h:
+        for b in batches:
+            rows = read_files(b.files)
+            result = h.run_batch(
+                None if rows is None else sc.prepare_pandas(rows),
+                processing_time=b.timestamp if sc.time_mode != "None" else None,
+                watermark=b.watermark if sc.time_mode == "EventTime" else None)
+            out[b.batch_id] = sort_rows(result.rows)
+    return out
+
+
 def assert_same(batches: list[SparkBatch], ours: dict[int, list[tuple]]) -> None:
     """Batch by batch, the same rows (order within a batch is not compared: it depends on
     partitioning in both engines)."""

@@ -259,3 +259,243 @@ class RowCounts(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+# ---- misuse, deleted states and chunks (tests/test_spark_processor_misuse.py) --------------
+
+def error_kind(e: BaseException | None) -> str:
+    """What a test compares of an error: Spark's error class in brackets, else the "<kind>
+    state <name> is not initialized" that Spark's handle says of a deleted state, else the
+    exception's type ("ok" without one)."""
+    import re
+
+    if e is None:
+        return "ok"
+    text = str(e)
+    found = re.search(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)?)\]", text)
+    if found and found.group(1) != "PYTHON_EXCEPTION":
+        return found.group(1)
+    found = re.search(r"(\w+ state \w+ is not initialized)", text)
+    return found.group(1) if found else type(e).__name__
+
+
+def _attempt(call: Any) -> str:
+    try:
+        result = call()
+        if hasattr(result, "__next__"):
+            list(result)
+        return "ok"
+    except Exception as e:  # noqa: BLE001 - the error is what the test compares
+        return error_kind(e)
+
+
+class Misuse(StatefulProcessor):
+    """Commits one misuse of the handle, named by ``what``, uncaught: Spark's state server
+    drops its connection after refusing a call, so one misuse is all a Spark task can meet."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.value = handle.getValueState("value", "n long")
+        self.items = handle.getListState("items", "n long")
+        what = self.what
+        if what == "get_without_key":
+            self.value.get()
+        elif what == "timer_in_init":
+            handle.registerTimer(5)
+        elif what == "ttl_state":
+            handle.getValueState("with_ttl", "n long", 1000)
+        elif what == "reserved_name":
+            handle.getValueState("$x", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for _ in rows:
+            pass
+        h, what = self.handle, self.what
+        if what == "register_timer":
+            h.registerTimer(5)
+        elif what == "put_empty_list":
+            self.items.put([])
+        elif what == "append_empty_list":
+            self.items.appendList([])
+        elif what == "declare_in_handler":
+            h.getValueState("late", "n long")
+        elif what == "delete_in_handler":
+            h.deleteIfExists("value")
+        yield pd.DataFrame({"k": [key[0]], "misuse": [what]})
+
+    def close(self) -> None:
+        if self.what == "timer_in_close":
+            self.handle.registerTimer(5)
+
+
+# misuse -> time mode it is committed in
+MISUSES = {"get_without_key": "None", "timer_in_init": "ProcessingTime", "ttl_state": "None",
+           "reserved_name": "None", "register_timer": "None", "put_empty_list": "None",
+           "append_empty_list": "None", "declare_in_handler": "None",
+           "delete_in_handler": "ProcessingTime", "timer_in_close": "ProcessingTime"}
+
+
+class DeletedHandles(StatefulProcessor):
+    """Each key names a call on a handle whose state init() deleted (deleteIfExists); the
+    output is what the call met. Spark's state server answers these without dropping the
+    connection, so one task meets them all."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.value = handle.getValueState("gone_value", "n long")
+        self.list = handle.getListState("gone_list", "n long")
+        self.map = handle.getMapState("gone_map", "k long", "n long")
+        for name in ("gone_value", "gone_list", "gone_map", "never_declared"):
+            handle.deleteIfExists(name)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for _ in rows:
+            pass
+        v, lst, m = self.value, self.list, self.map
+        call = {
+            "value_get": v.get, "value_exists": v.exists, "value_update": lambda: v.update((1,)),
+            "value_clear": v.clear, "list_get": lst.get, "list_exists": lst.exists,
+            "list_append": lambda: lst.appendValue((1,)), "list_put": lambda: lst.put([(1,)]),
+            "list_append_list": lambda: lst.appendList([(1,)]), "list_clear": lst.clear,
+            "map_update": lambda: m.updateValue((1,), (2,)), "map_get": lambda: m.getValue((1,)),
+            "map_contains": lambda: m.containsKey((1,)), "map_iterator": m.iterator,
+            "map_keys": m.keys, "map_values": m.values, "map_remove": lambda: m.removeKey((1,)),
+            "map_exists": m.exists, "map_clear": m.clear,
+        }[key[0]]
+        yield pd.DataFrame({"k": [key[0]], "error": [_attempt(call)]})
+
+    def close(self) -> None:
+        pass
+
+
+DELETED_CALLS = ("value_get", "value_exists", "value_update", "value_clear", "list_get",
+                 "list_exists", "list_append", "list_put", "list_append_list", "list_clear",
+                 "map_update", "map_get", "map_contains", "map_iterator", "map_keys",
+                 "map_values", "map_remove", "map_exists", "map_clear")
+
+
+class RedeclaredAfterDelete(StatefulProcessor):
+    """deleteIfExists('count') in init() drops the state of every key in every batch, then
+    declares it again: both the old handle and the new one work, and counts restart."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.old = handle.getValueState("count", "n long")
+        handle.deleteIfExists("count")
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        n = sum(len(p) for p in rows) + (self.count.get() or (0,))[0]
+        self.old.update((n,))
+        yield pd.DataFrame({"key": [key[0]], "n": [n], "same": [self.count.get() == (n,)]})
+
+    def close(self) -> None:
+        pass
+
+
+class FrameSizes(StatefulProcessor):
+    """Reports how handleInputRows gets a key's rows: each frame's length, first index and
+    first value of ``v``."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        sizes = [[len(p), int(p.index[0]), int(p["v"].iloc[0])] for p in rows]
+        yield pd.DataFrame({"k": [key[0]], "frames": [json.dumps(sizes)]})
+
+    def close(self) -> None:
+        pass
+
+
+# ---- where pyspark's TwsTester differs from Spark (tests/test_tws_tester.py) ----------------
+
+def _log_init(folder: str) -> None:
+    import os
+    import uuid
+
+    with open(os.path.join(folder, f"init-{uuid.uuid4().hex}"), "w"):
+        pass
+
+
+class TesterProbe(StatefulProcessor):
+    """ProcessingTime. Per key and batch: how many handleInputRows calls this processor
+    object has seen (a fresh copy per task in Spark), a TTL'd value written in the previous
+    batch (1 ms TTL), whether a map whose only entry was removed exists, and a timer registered
+    in the past. Every init() leaves a file in ``folder``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.calls = 0
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        _log_init(self.folder)
+        self.handle = handle
+        self.short = handle.getValueState("short", "n long", 1)
+        self.map = handle.getMapState("map", "k long", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        n = sum(len(p) for p in rows)
+        self.calls += 1
+        now = timerValues.getCurrentProcessingTimeInMs()
+        previous = self.short.get()
+        self.short.update((n,))
+        self.map.updateValue((1,), (n,))
+        self.map.removeKey((1,))
+        self.handle.registerTimer(now - 1)  # in the past
+        yield pd.DataFrame({"key": [key[0]], "kind": ["input"], "calls": [self.calls],
+                            "ttl_value": [json.dumps(previous)],
+                            "map_exists": [self.map.exists()]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        yield pd.DataFrame({"key": [key[0]], "kind": ["timer"], "calls": [self.calls],
+                            "ttl_value": [None], "map_exists": [None]})
+
+    def close(self) -> None:
+        pass
+
+
+TESTER_PROBE_OUT = "key string, kind string, calls long, ttl_value string, map_exists boolean"
+
+
+class TesterEventTime(StatefulProcessor):
+    """EventTime. Reports the event times each batch hands it (late rows dropped) and the
+    watermark, and registers a timer at its latest event plus 1 s; key ``d`` first deletes
+    its timers, key ``p`` also registers one at the current watermark (already due); timers
+    report when they fire."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        times = sorted(int(t.timestamp() * 1000) for p in rows for t in p["ts"])
+        wm = timerValues.getCurrentWatermarkInMs()
+        if key[0] == "d":
+            for ts in list(self.handle.listTimers()):
+                self.handle.deleteTimer(ts)
+        if times:
+            self.handle.registerTimer(times[-1] + 1000)
+        if key[0] == "p" and wm > 0:
+            self.handle.registerTimer(wm)
+        yield pd.DataFrame({"key": [key[0]], "kind": ["input"], "watermark": [wm],
+                            "info": [json.dumps(times)]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        yield pd.DataFrame({"key": [key[0]], "kind": ["timer"],
+                            "watermark": [timerValues.getCurrentWatermarkInMs()],
+                            "info": [str(expiredTimerInfo.getExpiryTimeInMs())]})
+
+    def close(self) -> None:
+        pass
+
+
+TESTER_EVENT_OUT = "key string, kind string, watermark long, info string"

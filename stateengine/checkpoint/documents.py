@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac as _hmac
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +96,7 @@ def parse(data: bytes, source: str) -> dict[str, Any]:
     """A JSON object from data, or CorruptionError naming source."""
     try:
         # NaN and Infinity are no JSON: a document holding one could not be canonicalised
-        doc = json.loads(data, parse_constant=_no_constant)
+        doc = json.loads(data, parse_constant=_no_constant, parse_float=finite_float)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise CorruptionError(f"checkpoint file {source} is not valid JSON ({e}); it is "
                               f"corrupted or truncated") from None
@@ -107,6 +108,15 @@ def parse(data: bytes, source: str) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
+
+
+def finite_float(text: str) -> float:
+    """A JSON number as a float, refused where it overflows (``1e999`` parses as infinity,
+    which no writer produces and canonical() cannot encode)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of the range of a double")
+    return value
 
 
 def open_sealed(doc: dict[str, Any], source: str, key: bytes | None,

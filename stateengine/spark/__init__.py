@@ -8,6 +8,7 @@ from .context import BatchContext, GroupContext
 from .group_state import apply_in_pandas_with_state
 from .metrics import observed_metrics, state_metrics
 from .migrate import SparkMigration, migrate_spark_state
+from .no_data_batches import with_no_data_batches
 from .processor import state_descriptors, transform_with_state, \
     transform_with_state_in_pandas
 from .routing import route, with_routing_columns
@@ -20,6 +21,7 @@ __all__ = ["BatchContext", "BatchInfo", "GroupContext", "SparkMigration",
            "drop_cached", "map_with_state", "mark_batch_committed", "migrate_spark_state",
            "observed_metrics", "read_state", "route", "state_descriptors", "state_metrics",
            "transform_with_state", "transform_with_state_in_pandas", "ui_jar",
+           "with_no_data_batches",
            "with_routing_columns"]
 
 

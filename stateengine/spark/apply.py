@@ -43,6 +43,7 @@ from ..times import to_millis
 from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .metrics import internal_schema, metrics_frame, observe_state, tagged
+from .no_data_batches import attach, auto_for_apply
 from .frames import RowSlices
 from .evolution_check import check_evolution
 from .output_schema import FrameCheck, check_rows, rows_error
@@ -163,11 +164,7 @@ def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
         routed = routed.sortWithinPartitions(KG_COL, *cfg.key_cols)
 
     def data(task: TaskState, batches: Iterator[pd.DataFrame]) -> Iterator[Any]:
-        if not grouped:
-            return _whole_partition(batches, cfg.key_cols, task.partition_id)
-        if not spark_sorts:
-            batches = _sorted_by_key(batches, cfg.key_cols, task.partition_id)
-        return _iter_groups(batches, cfg.key_cols, task.partition_id)
+        return task_data(task, batches, grouped, spark_sorts)
 
     if not df.isStreaming:  # a batch job reads its metrics with state_metrics()
         def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -182,6 +179,18 @@ def run_stateful(df: DataFrame, cfg: TaskConfig, out: T.StructType,
                            lambda task: [metrics_frame(cfg.output_cols, task)])
 
     return observe_state(routed.mapInPandas(run_observed, internal_schema(out)), cfg.operator_id)
+
+
+def task_data(task: TaskState, batches: Iterable[pd.DataFrame], grouped: bool,
+              presorted: bool) -> Iterator[Any]:
+    """What a task body gets from its partition's routed frames: ``(key, rows)`` per key when
+    ``grouped`` (the task sorts them unless ``presorted``), else the partition's rows as one
+    frame. Spark's tasks and stateengine.testing both call it."""
+    if not grouped:
+        return _whole_partition(batches, task.cfg.key_cols, task.partition_id)
+    if not presorted:
+        batches = _sorted_by_key(batches, task.cfg.key_cols, task.partition_id)
+    return _iter_groups(batches, task.cfg.key_cols, task.partition_id)
 
 
 class _Output:
@@ -256,10 +265,13 @@ def _sorted_by_key(batches: Iterable[pd.DataFrame], cols: list[str],
         yield pdf.sort_values([KG_COL, *cols], kind="stable", ignore_index=True)
 
 
-def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
-                 partition_id: int) -> Iterator[tuple[Any, pd.DataFrame]]:
+def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str], partition_id: int,
+                 chunk: int | None = None) -> Iterator[tuple[Any, Any]]:
     """(key, rows) per key from batches sorted by key, rows a frame indexed 0..n-1; a key may
-    span batch boundaries."""
+    span batch boundaries. With ``chunk`` (StatefulProcessors) rows are instead the key's
+    frames of at most ``chunk`` rows each, as Spark hands them to ``handleInputRows``: a
+    1-tuple for a key within the limit (the common case costs one comparison), else a
+    generator of slices."""
     carry: pd.DataFrame | None = None
     for raw in batches:
         pdf = _data_rows(raw, partition_id)
@@ -275,12 +287,25 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str],
         key_values = [pdf[c].tolist() for c in cols]
         bounds = starts.tolist() + [len(pdf)]
         rows = RowSlices(pdf)  # frames indexed 0..n-1, as Spark's grouped pandas UDFs get them
-        for s, e in zip(bounds[:-2], bounds[1:-1]):
-            yield _key_at(key_values, s), rows(s, e)
+        if chunk is None:
+            for s, e in zip(bounds[:-2], bounds[1:-1]):
+                yield _key_at(key_values, s), rows(s, e)
+        else:
+            for s, e in zip(bounds[:-2], bounds[1:-1]):
+                yield _key_at(key_values, s), ((rows(s, e),) if e - s <= chunk
+                                               else _chunks(rows, s, e, chunk))
         # the last key may go on in the next batch
         carry_key, carry = _key_at(key_values, bounds[-2]), rows(bounds[-2], len(pdf))
     if carry is not None and len(carry):
-        yield carry_key, carry
+        n = len(carry)
+        yield carry_key, (carry if chunk is None else (carry,) if n <= chunk
+                          else _chunks(RowSlices(carry), 0, n, chunk))
+
+
+def _chunks(rows: RowSlices, start: int, stop: int, chunk: int) -> Iterator[pd.DataFrame]:
+    """Rows start..stop-1 as frames of at most ``chunk`` rows, each indexed 0..n-1."""
+    for s in range(start, stop, chunk):
+        yield rows(s, min(s + chunk, stop))
 
 
 def _key_at(key_values: list[list[Any]], i: int) -> Any:
@@ -289,62 +314,13 @@ def _key_at(key_values: list[list[Any]], i: int) -> Any:
     return tuple(k[i] for k in key_values)
 
 
-def apply_with_state(df: DataFrame, key: str | Sequence[str],
-                     func: Callable[[Any, pd.DataFrame, GroupContext], Any],
-                     schema: T.StructType | str, states: Sequence[StateDescriptor],
-                     checkpoint: str, batch_id: int | None = None,
-                     num_partitions: int | None = None,
-                     max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                     operator_id: str = "default",
-                     on_timer: Callable[[Any, Any, GroupContext], Any] | None = None,
-                     watermark: Any = None, processing_time: Any = None,
-                     min_versions_to_retain: int = 10, local_dir: str | None = None,
-                     memory_budget_mb: int | None = None,
-                     bottommost_bloom_filters: bool = False,
-                     allow_pickle: bool = False,
-                     batch_timestamp_ms: Any = None,
-                     query_checkpoint: str | None = None) -> DataFrame:
-    """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs. ``rows`` is
-    the key's rows of the batch as a pandas DataFrame indexed 0..n-1 (as Spark's grouped
-    pandas functions get them).
+TaskBody = Callable[[TaskState, Iterator[Any]], Iterator[pd.DataFrame]]
 
-    ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
-    key). After all keys, event-time timers up to ``watermark`` and processing-time timers up
-    to ``processing_time`` fire through ``on_timer(key, timer, ctx)`` (only when ``on_timer``
-    is given); times are int ms or ``datetime``/``pandas.Timestamp``/``numpy.datetime64``
-    (without a zone: in ``spark.sql.session.timeZone``).
 
-    ``batch_id`` is the micro-batch (``foreachBatch``'s id, or any increasing count in batch
-    jobs): version ``batch_id`` is loaded and ``batch_id + 1`` committed. Leave it out on a
-    streaming DataFrame: the result is a streaming DataFrame whose tasks take Spark's batch id;
-    with ``query_checkpoint`` (the ``checkpointLocation`` of the query) they also take the
-    batch's watermark and timestamp from the query's offset log, for timers and TTL. A
-    ``batch_id`` past 0 on an operator without state starts from empty state.
-
-    State lives in ``checkpoint`` (a directory or URI every executor can reach) under
-    ``operator_id``; ``num_partitions`` (default: ``spark.sql.shuffle.partitions`` capped at
-    ``max_parallelism``) may change between batches (state is redistributed by key group) but
-    ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
-    worker's budget; ``bottommost_bloom_filters`` keeps Bloom filters on every level, for
-    states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
-    ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
-    they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
-    ``batch_timestamp_ms`` is the clock of states with TTL (``ttl=StateTtlConfig(...)``) with
-    an explicit ``batch_id``: an entry expires ``ttl`` after its last access as of this time,
-    which a replayed batch must repeat (Spark's batchTimestampMs does). Without it the TTL
-    clock is the batch's processing time (``processing_time``, or Spark's from the offset log
-    with ``query_checkpoint``); with neither, states with TTL raise TtlTimeNotSetError.
-    """
-    out = _schema(df, schema)
-    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
-                      num_partitions=num_partitions, max_parallelism=max_parallelism,
-                      operator_id=operator_id, query_checkpoint=query_checkpoint,
-                      watermark=watermark, processing_time=processing_time,
-                      needs_times=on_timer is not None,
-                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                      memory_budget_mb=memory_budget_mb,
-                      bottommost_bloom_filters=bottommost_bloom_filters,
-                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
+def grouped_body(func: Callable[..., Any], on_timer: Callable[..., Any] | None,
+                 out: T.StructType) -> TaskBody:
+    """The task body of ``apply_with_state``: ``func`` per key, then the due timers through
+    ``on_timer``; its Spark tasks and stateengine.testing run the same body."""
 
     def body(task: TaskState, groups: Iterator[Any]) -> Iterator[pd.DataFrame]:
         ctx = GroupContext(task)
@@ -378,37 +354,11 @@ def apply_with_state(df: DataFrame, key: str | Sequence[str],
             yield from sink.flush()
         except OutputSchemaError as e:
             raise site.output_error(func, e) from None
+    return body
 
-    return run_stateful(df, cfg, out, body, grouped=True)
 
-
-def map_with_state(df: DataFrame, key: str | Sequence[str],
-                   func: Callable[[pd.DataFrame, BatchContext], Any],
-                   schema: T.StructType | str, states: Sequence[StateDescriptor],
-                   checkpoint: str, batch_id: int | None = None,
-                   num_partitions: int | None = None,
-                   max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                   operator_id: str = "default", min_versions_to_retain: int = 10,
-                   local_dir: str | None = None,
-                   memory_budget_mb: int | None = None,
-                   bottommost_bloom_filters: bool = False,
-                   allow_pickle: bool = False,
-                   batch_timestamp_ms: Any = None,
-                   query_checkpoint: str | None = None) -> DataFrame:
-    """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
-    handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
-    Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
-    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling, ``allow_pickle`` and
-    ``batch_timestamp_ms`` (the TTL clock) behave as in ``apply_with_state``; a partition
-    without rows commits its version without calling ``func``."""
-    out = _schema(df, schema)
-    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
-                      num_partitions=num_partitions, max_parallelism=max_parallelism,
-                      operator_id=operator_id, query_checkpoint=query_checkpoint,
-                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
-                      memory_budget_mb=memory_budget_mb,
-                      bottommost_bloom_filters=bottommost_bloom_filters,
-                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
+def partition_body(func: Callable[..., Any], out: T.StructType) -> TaskBody:
+    """The task body of ``map_with_state``: ``func`` once with the partition's rows."""
 
     def body(task: TaskState, partition: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         site = task.site
@@ -423,5 +373,107 @@ def map_with_state(df: DataFrame, key: str | Sequence[str],
             yield from sink.flush()
         except OutputSchemaError as e:
             raise site.output_error(func, e) from None
+    return body
 
-    return run_stateful(df, cfg, out, body, grouped=False)
+
+def apply_with_state(df: DataFrame, key: str | Sequence[str],
+                     func: Callable[[Any, pd.DataFrame, GroupContext], Any],
+                     schema: T.StructType | str, states: Sequence[StateDescriptor],
+                     checkpoint: str, batch_id: int | None = None,
+                     num_partitions: int | None = None,
+                     max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+                     operator_id: str = "default",
+                     on_timer: Callable[[Any, Any, GroupContext], Any] | None = None,
+                     watermark: Any = None, processing_time: Any = None,
+                     min_versions_to_retain: int = 10, local_dir: str | None = None,
+                     memory_budget_mb: int | None = None,
+                     bottommost_bloom_filters: bool = False,
+                     allow_pickle: bool = False,
+                     batch_timestamp_ms: Any = None,
+                     query_checkpoint: str | None = None,
+                     no_data_batches: str = "auto") -> DataFrame:
+    """Runs ``func(key, rows, ctx)`` per key with keyed state; returns its outputs. ``rows`` is
+    the key's rows of the batch as a pandas DataFrame indexed 0..n-1 (as Spark's grouped
+    pandas functions get them).
+
+    ``states`` declares the descriptors (``ctx.state(name)`` gives the handle, bound to the
+    key). After all keys, event-time timers up to ``watermark`` and processing-time timers up
+    to ``processing_time`` fire through ``on_timer(key, timer, ctx)`` (only when ``on_timer``
+    is given); times are int ms or ``datetime``/``pandas.Timestamp``/``numpy.datetime64``
+    (without a zone: in ``spark.sql.session.timeZone``).
+
+    ``batch_id`` is the micro-batch (``foreachBatch``'s id, or any increasing count in batch
+    jobs): version ``batch_id`` is loaded and ``batch_id + 1`` committed. Leave it out on a
+    streaming DataFrame: the result is a streaming DataFrame whose tasks take Spark's batch id;
+    with ``query_checkpoint`` (the ``checkpointLocation`` of the query) they also take the
+    batch's watermark and timestamp from the query's offset log, for timers and TTL. A
+    ``batch_id`` past 0 on an operator without state starts from empty state.
+
+    State lives in ``checkpoint`` (a directory or URI every executor can reach) under
+    ``operator_id``; ``num_partitions`` (default: ``spark.sql.shuffle.partitions`` capped at
+    ``max_parallelism``) may change between batches (state is redistributed by key group) but
+    ``max_parallelism`` must stay fixed. ``memory_budget_mb`` sets each Python
+    worker's budget; ``bottommost_bloom_filters`` keeps Bloom filters on every level, for
+    states mostly asked about keys they do not hold (see ``configure_bloom_filters``).
+    ``allow_pickle`` lets the tasks register ``value_type="pickle"`` states and unpickle what
+    they read (KeyedStateBackend's ``allow_pickle``); only for checkpoints you trust.
+    ``batch_timestamp_ms`` is the clock of states with TTL (``ttl=StateTtlConfig(...)``) with
+    an explicit ``batch_id``: an entry expires ``ttl`` after its last access as of this time,
+    which a replayed batch must repeat (Spark's batchTimestampMs does). Without it the TTL
+    clock is the batch's processing time (``processing_time``, or Spark's from the offset log
+    with ``query_checkpoint``); with neither, states with TTL raise TtlTimeNotSetError.
+
+    ``no_data_batches`` (streaming only) decides which micro-batches without data Spark runs
+    for the step, so that timers fire while the input is quiet: ``"auto"`` none without
+    ``on_timer``, else those after the watermark moved when ``df`` carries a watermark
+    (``withWatermark``) and one at every trigger when it does not; or ``"processing_time"``,
+    ``"event_time"``, ``"none"`` (see ``with_no_data_batches``).
+    """
+    out = _schema(df, schema)
+    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
+                      num_partitions=num_partitions, max_parallelism=max_parallelism,
+                      operator_id=operator_id, query_checkpoint=query_checkpoint,
+                      watermark=watermark, processing_time=processing_time,
+                      needs_times=on_timer is not None,
+                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                      memory_budget_mb=memory_budget_mb,
+                      bottommost_bloom_filters=bottommost_bloom_filters,
+                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
+
+    return attach(run_stateful(df, cfg, out, grouped_body(func, on_timer, out), grouped=True),
+                  df, no_data_batches, auto_for_apply(df, on_timer is not None))
+
+
+def map_with_state(df: DataFrame, key: str | Sequence[str],
+                   func: Callable[[pd.DataFrame, BatchContext], Any],
+                   schema: T.StructType | str, states: Sequence[StateDescriptor],
+                   checkpoint: str, batch_id: int | None = None,
+                   num_partitions: int | None = None,
+                   max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+                   operator_id: str = "default", min_versions_to_retain: int = 10,
+                   local_dir: str | None = None,
+                   memory_budget_mb: int | None = None,
+                   bottommost_bloom_filters: bool = False,
+                   allow_pickle: bool = False,
+                   batch_timestamp_ms: Any = None,
+                   query_checkpoint: str | None = None,
+                   no_data_batches: str = "auto") -> DataFrame:
+    """Runs ``func(rows, ctx)`` once per partition with all its rows (pandas) and state
+    handles whose batch operations (``get_many``, ``put_many``, ``add_many``) take key arrays.
+    Versions, batch ids (also inside a streaming query, with ``query_checkpoint`` for
+    ``ctx.watermark`` and ``ctx.processing_time``), routing, rescaling, ``allow_pickle`` and
+    ``batch_timestamp_ms`` (the TTL clock) behave as in ``apply_with_state``; a partition
+    without rows commits its version without calling ``func``, so ``no_data_batches``
+    (``"auto"``) adds no batches; ``"processing_time"`` or ``"event_time"`` add them anyway.
+    """
+    out = _schema(df, schema)
+    cfg = task_config(df, key, states, checkpoint, out, batch_id=batch_id,
+                      num_partitions=num_partitions, max_parallelism=max_parallelism,
+                      operator_id=operator_id, query_checkpoint=query_checkpoint,
+                      min_versions_to_retain=min_versions_to_retain, local_dir=local_dir,
+                      memory_budget_mb=memory_budget_mb,
+                      bottommost_bloom_filters=bottommost_bloom_filters,
+                      allow_pickle=allow_pickle, batch_timestamp_ms=batch_timestamp_ms)
+
+    return attach(run_stateful(df, cfg, out, partition_body(func, out), grouped=False), df,
+                  no_data_batches, "none")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import GeneratorType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -49,16 +50,20 @@ from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_f
 from .frames import RowSlices, column_arrays
 from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
     tagged_arrow
+from .no_data_batches import attach, auto_for_processor, watermark_columns
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, MARKER_COL, PID_COL, key_codecs_for, key_columns, \
     quote, route
 from .runtime import TaskState, guarded
 from .user_errors import NO_KEY, CallSite
 
-OUTPUT_MODES = ("append", "update")
+OUTPUT_MODES = ("append", "update", "complete")  # Spark's operator takes all three
+# Spark hands a key's rows to handleInputRows in frames of at most this many rows (its Arrow
+# batch size; 0 or less: no limit), read on the driver.
+MAX_RECORDS_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+DEFAULT_MAX_RECORDS = 10_000
 EVENT_COL = "__se_event_us"  # the event time in microseconds, for dropping late rows
 WATERMARK_STATE = "tws-watermark"  # operator state: the watermark of the last batch
-WATERMARK_METADATA = "spark.watermarkDelayMs"  # what withWatermark puts on its column
 _FLUSH_ROWS = 16_384
 _DDL_SCHEMAS: dict[str, T.StructType] = {}  # DDL text -> schema, parsed once per driver
 
@@ -87,11 +92,15 @@ class _Plan:
 
 
 def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = None) -> _Plan:
-    """Runs init() and close() on a copy of the processor with a recording handle."""
+    """Runs init() and close() on a copy of the processor with a recording handle. DDL schemas
+    are parsed by the session ``spark``, or without one (stateengine.testing) by
+    ``sparktypes.spark_struct``."""
     from pyspark import cloudpickle
     from pyspark.sql.streaming import stateful_processor as sp
 
-    from .processor_handle import StateDecl, check_name, check_ttl, evolution_items
+    from ..sparktypes import spark_struct
+    from .processor_handle import CREATED, TIMER_PROCESSED, StateDecl, check_declaring, \
+        check_name, check_timer_call, check_ttl, evolution_items, no_key_error
 
     plan = _Plan(time_mode)
 
@@ -106,15 +115,14 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
         if schema not in plan.schemas:
             parsed = _DDL_SCHEMAS.get(schema)
             if parsed is None:  # the session parses it (one round trip, then remembered)
-                parsed = _DDL_SCHEMAS[schema] = spark.createDataFrame([], schema).schema
+                parsed = _DDL_SCHEMAS[schema] = (spark_struct(schema) if spark is None else
+                                                 spark.createDataFrame([], schema).schema)
             plan.schemas[schema] = parsed
         return plan.schemas[schema]
 
-    def unusable(what: str) -> Callable[..., Any]:
-        def refuse(*_: Any, **__: Any) -> Any:
-            raise ProcessorUsageError(
-                f"{what} needs a grouping key: use it while handling a key (handleInputRows, "
-                f"handleExpiredTimer, handleInitialState), not in init()")
+    def timer_call(operation: str) -> Callable[..., Any]:
+        def refuse(self: Any, *_: Any, **__: Any) -> Any:
+            check_timer_call(operation, time_mode, self.phase)
         return refuse
 
     class _Unbound:
@@ -122,14 +130,17 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             self._name = name
 
         def __getattr__(self, attr: str) -> Any:
-            return unusable(f"state '{self._name}'.{attr}()")
+            def refuse(*_: Any, **__: Any) -> Any:
+                raise no_key_error(f"state '{self._name}'.{attr}()")
+            return refuse
 
     class _RecordingHandle(sp.StatefulProcessorHandle):
         def __init__(self) -> None:
-            pass
+            self.phase = CREATED  # TIMER_PROCESSED while close() runs
 
         def _record(self, name: Any, kind: str, schema: Any, key_schema: Any,
                     ttl: Any, renamed_from: Any = None, field_defaults: Any = None) -> Any:
+            check_declaring(f"get_{kind}_state", self.phase)
             name = check_name(name)
             decl = StateDecl(name, kind, parse(name, schema),
                              None if key_schema is None else parse(name, key_schema),
@@ -156,16 +167,20 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             return self._record(stateName, "map", valueSchema, userKeySchema, ttlDurationMs,
                                 **evolve)
 
-        registerTimer = unusable("registerTimer")
-        deleteTimer = unusable("deleteTimer")
-        listTimers = unusable("listTimers")
+        registerTimer = timer_call("register_timer")
+        deleteTimer = timer_call("delete_timer")
+        listTimers = timer_call("list_timers")
 
         def deleteIfExists(self, stateName: str) -> None:
+            check_declaring("delete_if_exists", self.phase)
             check_name(stateName)
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
     site = CallSite(operator_id, None, None)
-    for method, args in (("init", (_RecordingHandle(),)), ("close", ())):
+    handle = _RecordingHandle()
+    for method, args in (("init", (handle,)), ("close", ())):
+        if method == "close":
+            handle.phase = TIMER_PROCESSED
         fn = getattr(copy, method)
         try:
             fn(*args)
@@ -206,7 +221,7 @@ def _event_time_column(df: DataFrame, given: str | None) -> str | None:
             raise ValueError(f"event_time_column '{given}' is not a column of the DataFrame "
                              f"(columns: {', '.join(df.columns)})")
         return given
-    marked = [f.name for f in df.schema.fields if WATERMARK_METADATA in (f.metadata or {})]
+    marked = watermark_columns(df)
     return marked[0] if len(marked) == 1 else None
 
 
@@ -234,7 +249,7 @@ def transform_with_state_in_pandas(
         event_time_column: str | None = None, num_partitions: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
         min_versions_to_retain: int = 10, local_dir: str | None = None,
-        memory_budget_mb: int | None = None) -> DataFrame:
+        memory_budget_mb: int | None = None, no_data_batches: str = "auto") -> DataFrame:
     """Runs a ``StatefulProcessor`` written for Spark's ``transformWithStateInPandas`` on
     stateengine state; returns its output rows (``output_schema``).
 
@@ -249,12 +264,17 @@ def transform_with_state_in_pandas(
     (default: the same column names). ``event_time_column`` (default: the column
     ``withWatermark`` marked) drops late rows in EventTime, as Spark does. State lives in
     ``checkpoint`` under ``operator_id``; the remaining arguments are ``apply_with_state``'s.
+    ``no_data_batches`` (streaming only) decides which micro-batches without data Spark runs
+    for the step: ``"auto"`` those it runs for its own operator in ``time_mode`` (every trigger
+    in ProcessingTime, after the watermark moved in EventTime, none in None), or
+    ``"processing_time"``, ``"event_time"``, ``"none"`` (see ``with_no_data_batches``).
     """
-    return _transform(df, processor, grouping, output_schema, checkpoint, "pandas", time_mode,
-                      output_mode, batch_id, watermark, processing_time, query_checkpoint,
-                      initial_state, initial_state_grouping, event_time_column, num_partitions,
-                      max_parallelism, operator_id, min_versions_to_retain, local_dir,
-                      memory_budget_mb)
+    out = _transform(df, processor, grouping, output_schema, checkpoint, "pandas", time_mode,
+                     output_mode, batch_id, watermark, processing_time, query_checkpoint,
+                     initial_state, initial_state_grouping, event_time_column, num_partitions,
+                     max_parallelism, operator_id, min_versions_to_retain, local_dir,
+                     memory_budget_mb)
+    return attach(out, df, no_data_batches, auto_for_processor(time_mode))
 
 
 def transform_with_state(
@@ -267,15 +287,16 @@ def transform_with_state(
         event_time_column: str | None = None, num_partitions: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
         min_versions_to_retain: int = 10, local_dir: str | None = None,
-        memory_budget_mb: int | None = None) -> DataFrame:
+        memory_budget_mb: int | None = None, no_data_batches: str = "auto") -> DataFrame:
     """Runs a ``StatefulProcessor`` written for Spark's ``transformWithState`` (Row flavour:
     ``handleInputRows(key, rows: Iterator[Row], timerValues)`` yielding ``Row``s) on
     stateengine state. Arguments as in ``transform_with_state_in_pandas``."""
-    return _transform(df, processor, grouping, output_schema, checkpoint, "row", time_mode,
-                      output_mode, batch_id, watermark, processing_time, query_checkpoint,
-                      initial_state, initial_state_grouping, event_time_column, num_partitions,
-                      max_parallelism, operator_id, min_versions_to_retain, local_dir,
-                      memory_budget_mb)
+    out = _transform(df, processor, grouping, output_schema, checkpoint, "row", time_mode,
+                     output_mode, batch_id, watermark, processing_time, query_checkpoint,
+                     initial_state, initial_state_grouping, event_time_column, num_partitions,
+                     max_parallelism, operator_id, min_versions_to_retain, local_dir,
+                     memory_budget_mb)
+    return attach(out, df, no_data_batches, auto_for_processor(time_mode))
 
 
 def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
@@ -290,8 +311,8 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
 
     mode = time_mode_name(time_mode)
     if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
-        raise ValueError(f"output_mode must be Append or Update (transformWithState supports "
-                         f"no other), got {output_mode!r}")
+        raise ValueError(f"output_mode must be Append, Update or Complete (as in Spark's "
+                         f"transformWithState), got {output_mode!r}")
     cols = key_columns(grouping)
     out = _schema(df, output_schema)
     plan = _plan(processor, df.sparkSession, mode, operator_id)
@@ -324,7 +345,8 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
     spark_sorts = not df.isStreaming
     if spark_sorts:
         routed = routed.sortWithinPartitions(KG_COL, *cols)
-    job = _Job(processor, plan, flavour, cols, out, bool(event_col), staged, spark_sorts)
+    job = _Job(processor, plan, flavour, cols, out, bool(event_col), staged, spark_sorts,
+               max_records(df.sparkSession.conf.get(MAX_RECORDS_CONF, None)))
 
     if flavour == "pandas" and df.isStreaming:  # metrics observed as in apply.run_stateful
         def run_observed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -352,6 +374,14 @@ def _transform(df: DataFrame, processor: Any, grouping: Any, output_schema: Any,
     return routed.mapInArrow(run_arrow, out)
 
 
+def max_records(conf: Any) -> int:
+    """The rows per frame that handleInputRows gets, from Spark's conf (text, None: unset)."""
+    try:
+        return DEFAULT_MAX_RECORDS if conf is None else int(conf)
+    except (TypeError, ValueError):
+        raise ValueError(f"{MAX_RECORDS_CONF} is {conf!r}, not a number of rows") from None
+
+
 # ---- initial state ---------------------------------------------------------------------------
 
 def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
@@ -375,7 +405,7 @@ def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
         raise KeyTypeError(f"initial state grouping columns {init_cols} have types {have}, "
                            f"which hash differently from the input's grouping columns "
                            f"{cfg.key_cols}; cast them to the input's types")
-    rel = f"{cfg.operator_id}/{INITIAL_STATE_DIR}/n{cfg.num_partitions}"
+    rel = initial_state_dir(cfg.operator_id, cfg.num_partitions)
     storage.delete_dir(rel)
     routed = route(initial, init_cols, cfg.num_partitions, cfg.max_parallelism)
     routed = routed.sortWithinPartitions(KG_COL, *init_cols)
@@ -388,23 +418,34 @@ def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
         parts = [b for b in batches if b.num_rows]
         rows = 0
         if parts:
-            table = pa.Table.from_batches(parts)
-            if (np.asarray(table.column(PID_COL)) != pid).any():
-                raise RuntimeError("initial state rows reached the wrong partition")
-            keep = [n for n in table.column_names if n not in INTERNAL_COLS]
-            table = table.select(keep)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-            CheckpointStorage(uri).write_atomic(f"{rel}/p{pid:05d}.arrow",
-                                                sink.getvalue().to_pybytes())
-            rows = table.num_rows
+            rows = write_initial_partition(uri, rel, pid, pa.Table.from_batches(parts))
         yield pa.RecordBatch.from_pydict({"partition": [pid], "rows": [rows]},
                                          schema=pa.schema([("partition", pa.int32()),
                                                            ("rows", pa.int64())]))
 
     routed.mapInArrow(write, "partition int, rows long").collect()
     return rel
+
+
+def initial_state_dir(operator_id: str, num_partitions: int) -> str:
+    """Where an operator's initial state is staged (relative to its checkpoint)."""
+    return f"{operator_id}/{INITIAL_STATE_DIR}/n{num_partitions}"
+
+
+def write_initial_partition(uri: str, rel: str, partition_id: int, table: Any) -> int:
+    """Stages one partition's initial state rows (routed, sorted by key group and key) as the
+    Arrow file its first task reads; returns the row count."""
+    import pyarrow as pa
+
+    if (np.asarray(table.column(PID_COL)) != partition_id).any():
+        raise RuntimeError("initial state rows reached the wrong partition")
+    table = table.select([n for n in table.column_names if n not in INTERNAL_COLS])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    CheckpointStorage(uri).write_atomic(f"{rel}/p{partition_id:05d}.arrow",
+                                        sink.getvalue().to_pybytes())
+    return table.num_rows
 
 
 def _read_initial_state(uri: str, rel: str, partition_id: int) -> Any:
@@ -426,7 +467,7 @@ class _Job:
 
     def __init__(self, processor: Any, plan: _Plan, flavour: str, cols: list[str],
                  out: T.StructType, late_rows: bool, staged: str | None,
-                 spark_sorts: bool) -> None:
+                 spark_sorts: bool, max_records: int = DEFAULT_MAX_RECORDS) -> None:
         self.processor = processor
         self.plan = plan
         self.flavour = flavour
@@ -435,6 +476,8 @@ class _Job:
         self.late_rows = late_rows
         self.staged = staged
         self.spark_sorts = spark_sorts
+        # rows per frame of handleInputRows (pandas), as Spark cuts a key's rows
+        self.chunk = max_records if max_records > 0 else 1 << 62
 
     # -- the phases of one task, in Spark's order --
 
@@ -454,8 +497,8 @@ class _Job:
         data = (run.without_late_rows(b) for b in batches)
         key: Any = NO_KEY
         try:  # around the loop, not per key: naming the key costs nothing until it fails
-            for key, rows in _iter_groups(data, self.cols, task.partition_id):
-                if sink.add(run.input_rows(key, (rows,))):
+            for key, frames in _iter_groups(data, self.cols, task.partition_id, self.chunk):
+                if sink.add(run.input_rows(key, frames)):
                     yield from sink.flush()
         except OutputSchemaError as e:
             raise run.output_error("handleInputRows", e, key) from None
@@ -513,7 +556,7 @@ class _TaskRun:
         from pyspark.sql import Row
         from pyspark.sql.streaming.stateful_processor import TimerValues
 
-        from .processor_handle import ProcessorHandle, ProcessorRuntime
+        from .processor_handle import INITIALIZED, ProcessorHandle, ProcessorRuntime
 
         self.job = job
         self.task = task
@@ -545,6 +588,7 @@ class _TaskRun:
             if previous and job.late_rows:
                 self.late_before_us = max(previous) * 1000
         self._call("init", NO_KEY, False, ProcessorHandle(self.rt))
+        self.rt.phase = INITIALIZED
         self.handle_input_rows = self.processor.handleInputRows  # once per task, after init
 
     def _call(self, method: str, key: Any, results: bool, /, *args: Any,
@@ -609,9 +653,12 @@ class _TaskRun:
         as Spark passes them)."""
         from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
 
+        from .processor_handle import DATA_PROCESSED
+
+        rt = self.rt
+        rt.phase = DATA_PROCESSED
         if self.timer_time is None:
             return
-        rt = self.rt
         for key, ts in rt.due_timers(self.timer_time):
             rt.set_key(key)
             key_row = self.key_row(*self._key_tuple(key))
@@ -631,7 +678,10 @@ class _TaskRun:
             raise self.output_error("handleExpiredTimer", e, key) from None
 
     def finish(self) -> None:
+        from .processor_handle import TIMER_PROCESSED
+
         self.rt.keyed = False
+        self.rt.phase = TIMER_PROCESSED
         self._call("close", NO_KEY, False)
         if self.watermark_state is not None:
             self.watermark_state.update([self.timer_time])
@@ -640,6 +690,8 @@ class _TaskRun:
 def _consume(result: Any) -> list:
     """A handler's results, taken now, while its key is current (handlers are often
     generators, which run only when iterated)."""
+    if type(result) is GeneratorType:  # the common case first
+        return list(result)
     if result is None:
         return []
     if isinstance(result, list):

@@ -30,6 +30,60 @@ TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "
 TIMER_INDEX = "$timers"
 RESERVED_PREFIX = "$"
 
+# The error classes Spark 4.3 raises for the misuses stateengine refuses too (measured by
+# running Spark's operator on each, tests/test_spark_processor_misuse.py); stateengine's
+# messages start with the same class.
+NO_KEY_ERROR = "INTERNAL_ERROR_TWS"  # Spark: "Implicit key not found in state store"
+TIME_MODE_ERROR = "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE"
+HANDLE_STATE_ERROR = "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE"
+TTL_TIME_MODE_ERROR = "STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL"
+EMPTY_LIST_ERROR = "ILLEGAL_STATE_STORE_VALUE.EMPTY_LIST_VALUE"
+RESERVED_NAME_ERROR = "STATE_STORE_CANNOT_CREATE_COLUMN_FAMILY_WITH_RESERVED_CHARS"
+
+# Spark's handle states, in the order a task goes through them: init() runs in CREATED, the
+# initial state and input in INITIALIZED, the timers in DATA_PROCESSED, close() in
+# TIMER_PROCESSED. States are declared and deleted only in CREATED; timers are used only
+# between INITIALIZED and DATA_PROCESSED.
+CREATED, INITIALIZED, DATA_PROCESSED, TIMER_PROCESSED = (
+    "CREATED", "INITIALIZED", "DATA_PROCESSED", "TIMER_PROCESSED")
+_SPARK_TIME_MODE = {"None": "NoTime", "ProcessingTime": "ProcessingTime",
+                    "EventTime": "EventTime"}
+_IN_PHASE = {CREATED: "init()", INITIALIZED: "handleInputRows / handleInitialState",
+             DATA_PROCESSED: "handleExpiredTimer", TIMER_PROCESSED: "close()"}
+
+
+def check_declaring(operation: str, phase: str) -> None:
+    """getValueState / getListState / getMapState / deleteIfExists: only in init(), as in
+    Spark (``operation`` is Spark's name for it, e.g. get_value_state)."""
+    if phase != CREATED:
+        raise ProcessorUsageError(
+            f"{operation} is allowed only in init(), not in {_IN_PHASE[phase]} (handle state "
+            f"{phase}): declare and delete states in init(), as Spark requires",
+            HANDLE_STATE_ERROR)
+
+
+def check_timer_call(operation: str, time_mode: str, phase: str) -> None:
+    """registerTimer / deleteTimer / listTimers: a time mode with timers, and a grouping key
+    (handleInputRows, handleInitialState, handleExpiredTimer; not init() or close())."""
+    if time_mode == "None":
+        raise ProcessorUsageError(
+            f"{operation} needs time mode ProcessingTime or EventTime; this processor runs "
+            f"with time mode None (timeMode={_SPARK_TIME_MODE[time_mode]} in Spark)",
+            TIME_MODE_ERROR)
+    if phase in (CREATED, TIMER_PROCESSED):
+        raise ProcessorUsageError(
+            f"{operation} needs a grouping key: call it while handling a key (handleInputRows, "
+            f"handleExpiredTimer, handleInitialState), not in {_IN_PHASE[phase]} (handle "
+            f"state {phase})", HANDLE_STATE_ERROR)
+
+
+def no_key_error(what: str) -> ProcessorUsageError:
+    """State used without a grouping key (in init() or close())."""
+    return ProcessorUsageError(
+        f"{what} needs a grouping key: use it while handling a key (handleInputRows, "
+        f"handleExpiredTimer, handleInitialState), not in init() or close() (Spark: implicit "
+        f"key not found in state store)", NO_KEY_ERROR)
+
 
 def time_mode_name(time_mode: Any) -> str:
     """Spark's spelling of a time mode given in any case ("processingtime" -> ProcessingTime)."""
@@ -104,7 +158,7 @@ def check_ttl(name: str, ttl: Any, time_mode: str) -> int | None:
         raise ProcessorUsageError(
             f"state '{name}' has ttlDurationMs, which Spark allows only in time mode "
             f"ProcessingTime (TTL is measured by the batch timestamp), not {time_mode}; use "
-            f"time_mode='ProcessingTime' or drop the TTL")
+            f"time_mode='ProcessingTime' or drop the TTL", TTL_TIME_MODE_ERROR)
     return int(ttl)
 
 
@@ -113,8 +167,9 @@ def check_name(name: Any) -> str:
         raise StateRegistrationError(f"a state name must be a non-empty str, got {name!r:.80}")
     if name.startswith(RESERVED_PREFIX):
         raise StateRegistrationError(
-            f"state names starting with '{RESERVED_PREFIX}' are reserved for stateengine's "
-            f"own per-key timer index; rename '{name}'")
+            f"[{RESERVED_NAME_ERROR}] state names starting with '{RESERVED_PREFIX}' are "
+            f"reserved (as in Spark; stateengine keeps its per-key timer index there); rename "
+            f"'{name}'")
     return name
 
 
@@ -132,16 +187,22 @@ class ProcessorRuntime:
         self.timers = backend.timer_service
         self.index = backend.get_state(timer_index_descriptor()) if time_mode != "None" else None
         self.states: dict[str, StateDecl] = {}
+        self.phase = CREATED  # Spark's handle state; the task moves it on (processor.py)
+        # What ValueState.exists() read last (state, stored value), for the get() that
+        # usually follows it ("get() if exists() else ..."): taken once, and dropped by any
+        # write and every key change, so no value object is ever handed out twice.
+        self.read_state: Any = None
+        self.read_value: Any = None
+        self.handles: dict[str, list[Any]] = {}  # name -> the state handles given out
 
     def set_key(self, key: Any) -> None:
         self.backend.set_current_key(key)
         self.keyed = True
+        self.read_state = None
 
     def check_keyed(self, what: str) -> None:
         if not self.keyed:
-            raise ProcessorUsageError(
-                f"{what} needs a grouping key: call it while handling a key (handleInputRows, "
-                f"handleExpiredTimer, handleInitialState), not in init() or close()")
+            raise no_key_error(what)
 
     def schema(self, state: str, schema: Any) -> T.StructType:
         if isinstance(schema, T.StructType):
@@ -156,21 +217,29 @@ class ProcessorRuntime:
                 f"time it runs (DDL strings are parsed on the driver)")
         return parsed
 
-    def declare(self, decl: StateDecl) -> Any:
+    def declare(self, decl: StateDecl, operation: str) -> Any:
+        check_declaring(operation, self.phase)
         self.states[decl.name] = decl
         return self.backend.get_state(decl.descriptor())
+
+    def handed_out(self, name: str, handle: Any) -> Any:
+        """Registers a state handle given to the processor; a deleteIfExists of its state
+        invalidates it, declaring the state again revives it (Spark's handles name their
+        state, so both hold for Spark's)."""
+        same = self.handles.setdefault(name, [])
+        for old in same:
+            old._revive(handle._state)
+        same.append(handle)
+        return handle
 
     # ---- timers ------------------------------------------------------------------------
 
     def _timer_call(self, what: str) -> None:
-        if self.time_mode == "None":
-            raise ProcessorUsageError(
-                f"{what} needs time mode ProcessingTime or EventTime; this processor runs "
-                f"with time mode None (Spark refuses timer operations there too)")
+        check_timer_call(what, self.time_mode, self.phase)
         self.check_keyed(what)
 
     def register_timer(self, ts: Any) -> None:
-        self._timer_call("registerTimer")
+        self._timer_call("register_timer")
         ts = to_millis(ts, "a timer's expiry time", self.time_zone)
         if self.time_mode == "ProcessingTime":
             self.timers.register_processing_time_timer(ts)
@@ -179,7 +248,7 @@ class ProcessorRuntime:
         self.index.put(ts, True)
 
     def delete_timer(self, ts: Any) -> None:
-        self._timer_call("deleteTimer")
+        self._timer_call("delete_timer")
         self._forget_timer(to_millis(ts, "a timer's expiry time", self.time_zone))
 
     def _forget_timer(self, ts: int) -> None:
@@ -190,7 +259,7 @@ class ProcessorRuntime:
         self.index.remove(ts)
 
     def list_timers(self) -> Iterator[int]:
-        self._timer_call("listTimers")
+        self._timer_call("list_timers")
         return iter(list(self.index.keys()))
 
     def due_timers(self, up_to: int) -> list[tuple[Any, int]]:
@@ -209,11 +278,17 @@ class ProcessorRuntime:
         self._forget_timer(ts)
 
     def delete_state(self, name: str) -> None:
-        """deleteIfExists: every entry of the state in this partition, all keys."""
+        """deleteIfExists (in init() only): every entry of the state in this partition, all
+        keys; the handles given out for it raise from now on, as Spark's do, until the state
+        is declared again."""
+        check_declaring("delete_if_exists", self.phase)
         check_name(name)
         if name in self.backend.state_names:
             self.backend.delete_all_entries(name)
         self.states.pop(name, None)
+        self.read_state = None
+        for handle in self.handles.get(name, ()):
+            handle._remove()
 
 
 class ProcessorHandle(sp.StatefulProcessorHandle):
@@ -234,7 +309,8 @@ class ProcessorHandle(sp.StatefulProcessorHandle):
         s = rt.schema(name, schema)
         decl = StateDecl(name, "value", s, None, check_ttl(name, ttlDurationMs, rt.time_mode),
                          *evolution_items(renamed_from, field_defaults))
-        return ValueState(rt, rt.declare(decl), RowCodec(s, name))
+        return rt.handed_out(name, ValueState(rt, rt.declare(decl, "get_value_state"),
+                                              RowCodec(s, name)))
 
     def getListState(self, stateName: str, schema: T.StructType | str,
                      ttlDurationMs: int | None = None, *,
@@ -245,7 +321,8 @@ class ProcessorHandle(sp.StatefulProcessorHandle):
         s = rt.schema(name, schema)
         decl = StateDecl(name, "list", s, None, check_ttl(name, ttlDurationMs, rt.time_mode),
                          *evolution_items(renamed_from, field_defaults))
-        return ListState(rt, rt.declare(decl), RowCodec(s, name))
+        return rt.handed_out(name, ListState(rt, rt.declare(decl, "get_list_state"),
+                                             RowCodec(s, name)))
 
     def getMapState(self, stateName: str, userKeySchema: T.StructType | str,
                     valueSchema: T.StructType | str,
@@ -257,7 +334,8 @@ class ProcessorHandle(sp.StatefulProcessorHandle):
         ks, vs = rt.schema(name, userKeySchema), rt.schema(name, valueSchema)
         decl = StateDecl(name, "map", vs, ks, check_ttl(name, ttlDurationMs, rt.time_mode),
                          *evolution_items(renamed_from, field_defaults))
-        return MapState(rt, rt.declare(decl), RowCodec(ks, name), RowCodec(vs, name))
+        return rt.handed_out(name, MapState(rt, rt.declare(decl, "get_map_state"),
+                                            RowCodec(ks, name), RowCodec(vs, name)))
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
         self._rt.register_timer(expiryTimestampMs)
@@ -272,37 +350,93 @@ class ProcessorHandle(sp.StatefulProcessorHandle):
         self._rt.delete_state(stateName)
 
 
-class ValueState(sp.ValueState):
+class _Removed:
+    """Stands in for a state that deleteIfExists removed: every call raises what Spark's
+    handle raises then (its state server no longer knows the state)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self._kind, self._name = kind, name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise ProcessorUsageError(
+            f"{self._kind} state {self._name} is not initialized: deleteIfExists('{self._name}') "
+            f"removed it in init(); declare it again with get{self._kind}State to use it (Spark "
+            f"raises the same)")
+
+
+def _nothing() -> Iterator[Any]:
+    return iter(())
+
+
+class _Handle:
+    """What the three state classes share: removal by deleteIfExists and revival by a new
+    declaration, without a check in any call (the handle's ``_state`` is swapped)."""
+
+    _kind = ""
+    _stateName = ""
+    _state: Any
+    # Calls that Spark answers with nothing on a removed state instead of raising.
+    _empty_when_removed: tuple[str, ...] = ()
+
+    def _remove(self) -> None:
+        self._state = _Removed(self._kind, self._stateName)
+        for name in self._empty_when_removed:
+            setattr(self, name, _nothing)  # shadows the method on this handle only
+
+    def _revive(self, state: Any) -> None:
+        self._state = state
+        for name in self._empty_when_removed:
+            self.__dict__.pop(name, None)
+
+
+class ValueState(_Handle, sp.ValueState):
     """Spark's ValueState: ``exists``, ``get`` (a tuple or None), ``update``, ``clear``."""
+
+    _kind = "Value"
 
     def __init__(self, rt: ProcessorRuntime, state: Any, codec: RowCodec) -> None:
         self._rt, self._state, self._codec = rt, state, codec
         self._stateName = codec.state_name
 
     def exists(self) -> bool:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
-        return self._state.value() is not None
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
+        stored = rt.read_value = self._state.value()
+        rt.read_state = self._state
+        return stored is not None
 
     def get(self) -> tuple | None:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
-        stored = self._state.value()
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
+        if rt.read_state is self._state:  # read by exists() just before: take it
+            stored = rt.read_value
+            rt.read_state = None
+        else:
+            stored = self._state.value()
         return None if stored is None else self._codec.load(stored)
 
     def update(self, newValue: Any) -> None:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
         if newValue is None:
             raise ProcessorUsageError(f"state '{self._stateName}': update(None) is not allowed "
                                       f"(as in Spark); use clear() to remove the value")
+        rt.read_state = None
         self._state.update(self._codec.store(newValue))
 
     def clear(self) -> None:
-        self._rt.keyed or self._rt.check_keyed(f"state '{self._stateName}'")
+        rt = self._rt
+        rt.keyed or rt.check_keyed(f"state '{self._stateName}'")
+        rt.read_state = None
         self._state.clear()
 
 
-class ListState(sp.ListState):
+class ListState(_Handle, sp.ListState):
     """Spark's ListState: ``exists``, ``get`` (an iterator of tuples), ``put``,
     ``appendValue``, ``appendList``, ``clear``."""
+
+    _kind = "List"
+    _empty_when_removed = ("get",)
 
     def __init__(self, rt: ProcessorRuntime, state: Any, codec: RowCodec) -> None:
         self._rt, self._state, self._codec = rt, state, codec
@@ -328,7 +462,7 @@ class ListState(sp.ListState):
         if not values:
             raise ProcessorUsageError(
                 f"state '{self._stateName}': {what}([]) is refused, as Spark refuses to write "
-                f"an empty list; use clear() to empty the list")
+                f"an empty list; use clear() to empty the list", EMPTY_LIST_ERROR)
         out = []
         for v in values:
             if v is None:
@@ -357,10 +491,13 @@ class ListState(sp.ListState):
         self._state.clear()
 
 
-class MapState(sp.MapState):
+class MapState(_Handle, sp.MapState):
     """Spark's MapState: ``exists``, ``getValue`` (a Row or None), ``containsKey``,
     ``updateValue``, ``iterator`` ((key tuple, value tuple) pairs), ``keys``, ``values``,
     ``removeKey``, ``clear``."""
+
+    _kind = "Map"
+    _empty_when_removed = ("iterator", "keys", "values")
 
     def __init__(self, rt: ProcessorRuntime, state: Any, keys: RowCodec,
                  values: RowCodec) -> None:

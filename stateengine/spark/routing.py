@@ -63,9 +63,11 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def key_codecs_for(df: DataFrame, cols: list[str]) -> tuple[int, ...]:
-    """Engine key codecs for the Spark types of the key columns (their hash() rules)."""
-    fields = {f.name: f.dataType for f in df.schema.fields}
+def key_codecs_for(df: DataFrame | T.StructType, cols: list[str]) -> tuple[int, ...]:
+    """Engine key codecs for the Spark types of the key columns (their hash() rules), given
+    the DataFrame or its schema."""
+    schema = df if isinstance(df, T.StructType) else df.schema
+    fields = {f.name: f.dataType for f in schema.fields}
     out = []
     for c in cols:
         if c not in fields:
@@ -229,6 +231,8 @@ def partition_rows(pdf, partition_id: int):  # pandas DataFrame -> pandas DataFr
 
 
 def check_no_null_keys(pdf, cols: list[str]) -> None:  # pandas DataFrame
+    if not any(pdf[c].hasnans for c in cols):  # the usual case, without a frame of flags
+        return
     nulls = pdf[cols].isna().any(axis=1)
     if nulls.any():
         bad = [c for c in cols if pdf[c].isna().any()]

@@ -195,11 +195,13 @@ class TaskState:
         self.store.abort()
 
 
-def guarded(cfg: TaskConfig, body: Any, after_commit: Any = None) -> Iterator[Any]:
+def guarded(cfg: TaskConfig, body: Any, after_commit: Any = None,
+            partition: tuple[int, int] | None = None) -> Iterator[Any]:
     """Runs body(task) (a generator of outputs), committing after the last output and
     aborting if anything fails; then yields from ``after_commit(task)`` if given (the task's
-    metrics row, spark/metrics.py)."""
-    task = TaskState(cfg)
+    metrics row, spark/metrics.py). ``partition`` is (partition id, attempt) where no Spark
+    task runs (stateengine.testing); by default the running Spark task's."""
+    task = TaskState(cfg, partition)
     committed = False
     try:
         yield from body(task)

@@ -1,0 +1,161 @@
+"""One micro-batch on stateengine.testing's local harness against the same batch on a local
+SparkSession: the bench's StatefulProcessor (RunningTotals) through ``ProcessorHarness``,
+through ``transform_with_state_in_pandas`` on Spark, and through Spark's own
+``transformWithStateInPandas``; and an ``apply_with_state`` function through ``ApplyHarness``
+and through ``apply_with_state`` on Spark. Each batch brings every key's rows again (state
+read and written per key); each variant runs ``--warmup`` batches, then the median of
+``--batches`` timed batches is reported, with the load average before and after. Two batch
+sizes by default: a unit test's (10 keys, 50 rows), where Spark's fixed cost per batch shows,
+and a larger one (200 keys, 1,000 rows), where the processor's own pandas work per key
+(a DataFrame per output row) takes a growing share of the harness's time.
+
+    python bench/harness_speed.py
+    python bench/harness_speed.py --sizes 20x100,2000x10000 --batches 7
+
+Spark runs on local[2] with 2 shuffle partitions, the harness with 2 partitions. Results go
+to bench/results/harness-speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+for path in (HERE, ROOT):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+OUT = "user long, count long, total double"
+PARTITIONS = int(os.environ.get("HARNESS_BENCH_PARTITIONS", "2"))
+
+
+def batches(keys: int, rows: int, n: int) -> list[pd.DataFrame]:
+    rng = np.random.default_rng(3)
+    return [pd.DataFrame({"user": np.arange(rows, dtype=np.int64) % keys,
+                          "amount": rng.random(rows)}) for _ in range(n)]
+
+
+def timed(run: Callable[[int, pd.DataFrame], int], data: list[pd.DataFrame],
+          warmup: int) -> dict[str, Any]:
+    """Median seconds per batch of run(batch_id, rows) over the batches after the warm-up."""
+    seconds = []
+    for b, pdf in enumerate(data):
+        t0 = time.perf_counter()
+        emitted = run(b, pdf)
+        if b >= warmup:
+            seconds.append(time.perf_counter() - t0)
+        assert emitted > 0
+    return {"median_s": statistics.median(seconds), "runs_s": [round(s, 5) for s in seconds]}
+
+
+def count_and_total(user: Any, rows: pd.DataFrame, ctx: Any) -> list[tuple]:
+    acc = ctx.state("acc")
+    count, total = acc.value() or (0, 0.0)
+    count += len(rows)
+    total += float(rows["amount"].sum())
+    acc.update((count, total))
+    return [(user, count, total)]
+
+
+def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str) -> dict:
+    """Per-batch medians of every variant on batches of ``keys`` keys and ``rows`` rows."""
+    from cases_spark import running_totals
+    from stateengine import ValueStateDescriptor
+    from stateengine.spark import apply_with_state, transform_with_state_in_pandas
+    from stateengine.testing import ApplyHarness, ProcessorHarness
+
+    data = batches(keys, rows, warmup + n)
+    acc = ValueStateDescriptor("acc")
+    where = os.path.join(root, f"{keys}x{rows}")
+    results: dict[str, Any] = {}
+    with ProcessorHarness(running_totals(), "user", OUT, num_partitions=PARTITIONS) as h:
+        results["harness.processor"] = timed(lambda b, pdf: len(h.run_batch(pdf)), data, warmup)
+    with ApplyHarness(count_and_total, "user", OUT, [acc], num_partitions=PARTITIONS) as h:
+        results["harness.apply"] = timed(lambda b, pdf: len(h.run_batch(pdf)), data, warmup)
+    results["spark.processor"] = timed(
+        lambda b, pdf: len(transform_with_state_in_pandas(
+            spark.createDataFrame(pdf), running_totals(), "user", OUT,
+            os.path.join(where, "processor"), batch_id=b,
+            num_partitions=PARTITIONS).collect()), data, warmup)
+    results["spark.apply_with_state"] = timed(
+        lambda b, pdf: len(apply_with_state(
+            spark.createDataFrame(pdf), "user", count_and_total, OUT, [acc],
+            os.path.join(where, "apply"), b, num_partitions=PARTITIONS).collect()),
+        data, warmup)
+    # Spark's own operator on a batch DataFrame (no state carried between calls)
+    results["spark.transformWithStateInPandas"] = timed(
+        lambda b, pdf: len(spark.createDataFrame(pdf).groupBy("user")
+                           .transformWithStateInPandas(running_totals(), OUT, "Update",
+                                                       "None").collect()), data, warmup)
+    ratios = {
+        "spark.processor / harness.processor":
+            results["spark.processor"]["median_s"] / results["harness.processor"]["median_s"],
+        "spark.transformWithStateInPandas / harness.processor":
+            results["spark.transformWithStateInPandas"]["median_s"]
+            / results["harness.processor"]["median_s"],
+        "spark.apply_with_state / harness.apply":
+            results["spark.apply_with_state"]["median_s"] / results["harness.apply"]["median_s"],
+    }
+    print(f"-- {keys} keys, {rows} rows per batch")
+    for name, r in results.items():
+        print(f"{name:36s} {r['median_s'] * 1e3:9.1f} ms per batch")
+    for name, ratio in ratios.items():
+        print(f"{name:55s} {ratio:7.1f}x")
+    return {"keys": keys, "rows": rows, "results": results,
+            "ratios": {k: round(v, 1) for k, v in ratios.items()}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="10x50,200x1000",
+                   help="batch sizes as KEYSxROWS, comma-separated")
+    p.add_argument("--batches", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "harness-speed.json"))
+    args = p.parse_args()
+    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [ROOT, HERE] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
+    from pyspark.sql import SparkSession
+
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    root = tempfile.mkdtemp(prefix="stateengine-harness-bench-")
+    spark = (SparkSession.builder.master("local[2]").appName("harness-speed")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+             .config("spark.python.worker.reuse", "true")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        runs = [measure(k, r, args.batches, args.warmup, spark, root) for k, r in sizes]
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    load_after = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average before {load_before}, after {load_after} ({os.cpu_count()} CPUs)")
+    report = {"batches": args.batches, "warmup": args.warmup, "partitions": PARTITIONS,
+              "sizes": runs, "load_before": load_before, "load_after": load_after}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

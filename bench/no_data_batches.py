@@ -1,0 +1,141 @@
+"""What the no-data-batch branch (stateengine/spark/no_data_batches.py) costs a busy stream.
+
+The same streaming query runs three ways, differing only in ``no_data_batches=``: ``none``
+(no branch), ``processing_time`` (the rate-micro-batch source) and ``event_time`` (the
+dropDuplicates over the input, which reads the input a second time). The stream: a
+watermarked file source, one Parquet file per micro-batch (``--rows`` rows over ``--keys``
+keys each), an Trigger.AvailableNow query so batches run back to back; the step:
+``apply_with_state`` keeping a count per key and moving one event-time timer per key, as a
+session timeout does. Each round runs every variant once, in an order that rotates from round
+to round, so drifting machine load reaches all alike; a batch's time is Spark's own
+``durationMs.triggerExecution`` of the batches that read a file (not a query's first batch,
+which plans and starts workers, nor the trailing batch without data). The report: per round,
+each variant's median batch time and its ratio to ``none`` in the same round; at the end the
+median of those ratios and their range.
+
+    python bench/no_data_batches.py                      # 8 rounds, 6 batches of 20k rows
+    python bench/no_data_batches.py --rounds 12 --rows 50000 --keys 10000
+
+Runs on local[2] with 2 shuffle (and state) partitions, bound to 127.0.0.1, as
+bench/cases_spark.py does. Print the load average with the figures: on a shared machine the
+spread between rounds says how far to trust the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from cases_spark import session  # noqa: E402
+
+VARIANTS = ["none", "processing_time", "event_time"]
+SCHEMA = "user bigint, amount double, t bigint"
+OUT = "user bigint, count bigint"
+
+
+def generate(folder: str, rows: int, keys: int, batches: int) -> None:
+    """One Parquet file per batch; event times advance 10 s per batch."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    os.makedirs(folder)
+    now = time.time() - batches - 10
+    for i in range(batches):
+        pdf = pd.DataFrame({"user": rng.integers(0, keys, rows).astype(np.int64),
+                            "amount": rng.random(rows),
+                            "t": 1_700_000_000_000 + i * 10_000 + rng.integers(0, 10_000, rows)})
+        path = os.path.join(folder, f"part-{i:04d}.parquet")
+        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), path)
+        os.utime(path, (now + i, now + i))
+
+
+def count(user: Any, rows: pd.DataFrame, ctx: Any) -> list[tuple]:
+    n = ctx.state("n")
+    n.update((n.value() or 0) + len(rows))
+    ctx.timers.register_event_time_timer(int(rows["t"].max()) + 30_000)
+    return [(user, n.value())]
+
+
+def expire(user: Any, timer: Any, ctx: Any) -> list[tuple]:
+    return [(user, -1)]
+
+
+def run_variant(spark: Any, source: str, work: str, variant: str) -> list[float]:
+    """Batch times (ms) of the batches that read a file."""
+    from stateengine import ValueStateDescriptor
+    from stateengine.spark import apply_with_state
+
+    query_ck = os.path.join(work, "query")
+    stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
+              .selectExpr("*", "timestamp_millis(t) AS ts").withWatermark("ts", "10 seconds"))
+    out = apply_with_state(stream, "user", count, OUT,
+                           [ValueStateDescriptor("n", value_type=int)],
+                           os.path.join(work, "state"), on_timer=expire,
+                           query_checkpoint=query_ck, no_data_batches=variant)
+    query = (out.writeStream.format("parquet").option("path", os.path.join(work, "out"))
+             .option("checkpointLocation", query_ck).trigger(availableNow=True).start())
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"{variant}: {query.exception()}")
+    times = []
+    for p in query.recentProgress:
+        file_rows = p["sources"][0]["numInputRows"]  # the file source comes first
+        if file_rows:
+            times.append(float(p["durationMs"]["triggerExecution"]))
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--keys", type=int, default=5_000)
+    args = parser.parse_args()
+
+    root = tempfile.mkdtemp(prefix="bench-no-data-batches-")
+    source = os.path.join(root, "in")
+    generate(source, args.rows, args.keys, args.batches)
+    spark = session()
+    ratios: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    medians: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    try:
+        run_variant(spark, source, os.path.join(root, "warm-up"), "event_time")
+        for r in range(args.rounds):
+            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+            got = {v: statistics.median(run_variant(spark, source,
+                                                    os.path.join(root, f"{r}-{v}"), v)[1:])
+                   for v in order}
+            for v in VARIANTS:
+                medians[v].append(got[v])
+                ratios[v].append(got[v] / got["none"])
+            print(f"round {r + 1}/{args.rounds} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+                f"{v} {got[v]:.0f} ms ({got[v] / got['none']:.3f})" for v in VARIANTS),
+                flush=True)
+    finally:
+        spark.stop()
+    print(f"\n{args.rows} rows over {args.keys} keys per batch, {args.batches} batches per "
+          f"query, {args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the end")
+    print(f"{'variant':<16} {'median ms/batch':>16} {'vs none (median of rounds)':>27} "
+          f"{'range':>15}")
+    for v in VARIANTS:
+        print(f"{v:<16} {statistics.median(medians[v]):>16.0f} "
+              f"{statistics.median(ratios[v]):>27.3f} "
+              f"{min(ratios[v]):>7.3f}-{max(ratios[v]):<7.3f}")
+
+
+if __name__ == "__main__":
+    main()
