@@ -67,20 +67,26 @@ def _run(session, ck, rows, descriptors, fn, batch_id):
                             batch_id, num_partitions=2, operator_id="op")
 
 
+# what batch 1 (_v2) read of batch 0's (_v1) entries, in the new schemas: user 1 wrote in
+# batch 0, user 3 is new (the local harnesses give the same: test_spark_harness.py)
+APPLY_BEFORE = {
+    1: [[1, 2, "cart"], [["home", 10, None], ["cart", 11, None]],
+        [["cart", [1.0, None]], ["home", [1.0, None]]]],
+    3: [None, [], []]}
+BATCH_0 = [(1, "home", 10), (1, "cart", 11), (2, "home", 12)]
+BATCH_1 = [(1, "pay", 20), (3, "home", 21)]
+
+
 def _evolve_with_apply(session, ck):
-    _run(session, ck, [(1, "home", 10), (1, "cart", 11), (2, "home", 12)], V1, _v1, 0).collect()
-    out = _run(session, ck, [(1, "pay", 20), (3, "home", 21)], V2, _v2, 1).collect()
+    _run(session, ck, BATCH_0, V1, _v1, 0).collect()
+    out = _run(session, ck, BATCH_1, V2, _v2, 1).collect()
     return {r.user: json.loads(r.before) for r in out}
 
 
 def test_apply_with_state_states_evolve_between_batches(spark, tmp_path):
     ck = str(tmp_path / "ck")
     before = _evolve_with_apply(spark, ck)
-    # batch 1 read batch 0's entries in the new schemas
-    assert before == {
-        1: [[1, 2, "cart"], [["home", 10, None], ["cart", 11, None]],
-            [["cart", [1.0, None]], ["home", [1.0, None]]]],
-        3: [None, [], []]}
+    assert before == APPLY_BEFORE  # batch 1 read batch 0's entries in the new schemas
     # read_state: the current schema, entries of both versions
     rows = {r.key: r.value for r in read_state(spark, ck, "session", operator_id="op").collect()}
     assert {k: tuple(v) for k, v in rows.items()} == {
@@ -152,6 +158,18 @@ def test_evolution_on_spark_connect(connect, tmp_path):
 
 # ---- a StatefulProcessor, against Spark's own operator with Avro state encoding -------------
 
+# the processor's three versions: reorder, widen, add; then a rename and a default
+# (stateengine's handle only: Spark's has no such keywords)
+PROBES = [(("a int, b string", (1, "x")), {}),
+          (("b string, a bigint, c double", ("y", 2, 0.5)), {}),
+          (("bb string, a bigint, c double, d int NOT NULL", ("z", 3, 1.0, 4)),
+           {"renamed_from": {"bb": "b"}, "field_defaults": {"d": 7}})]
+# what versions 2 and 3 read of the entries before them
+PROBES_OLD = [[["x", 1, None], [["x", 1, None]], [[["u"], ["x", 1, None]]]],
+              [["y", 2, 0.5, 7], [["x", 1, None, 7], ["y", 2, 0.5, 7]],
+               [[["u"], ["y", 2, 0.5, 7]]]]]
+
+
 def _processor(schema, value, **evolve):
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -185,8 +203,7 @@ def test_a_processor_evolves_as_spark_with_avro_encoding_does(spark, tmp_path):
 
     from stateengine.spark import transform_with_state_in_pandas
 
-    v1 = ("a int, b string", (1, "x"))
-    v2 = ("b string, a bigint, c double", ("y", 2, 0.5))  # reorder, widen, add
+    (v1, _), (v2, _), (v3, evolve) = PROBES
     src, ck = str(tmp_path / "in"), str(tmp_path / "spark-ck")
     os.makedirs(src)
     confs = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -216,13 +233,9 @@ def test_a_processor_evolves_as_spark_with_avro_encoding_does(spark, tmp_path):
             df, _processor(schema, value), "id", "id string, old string",
             str(tmp_path / "se"), batch_id=i).collect()))
     assert ours == spark_out
-    assert json.loads(ours[1][0][1]) == [["x", 1, None], [["x", 1, None]],
-                                         [[["u"], ["x", 1, None]]]]
+    assert json.loads(ours[1][0][1]) == PROBES_OLD[0]
     # stateengine's handle also takes renames and defaults (Spark's has no such keywords)
-    v3 = _processor("bb string, a bigint, c double, d int NOT NULL", ("z", 3, 1.0, 4),
-                    renamed_from={"bb": "b"}, field_defaults={"d": 7})
     [(_, old)] = transform_with_state_in_pandas(
-        spark.createDataFrame([("a",)], "id string"), v3, "id", "id string, old string",
-        str(tmp_path / "se"), batch_id=2).collect()
-    assert json.loads(old) == [["y", 2, 0.5, 7], [["x", 1, None, 7], ["y", 2, 0.5, 7]],
-                               [[["u"], ["y", 2, 0.5, 7]]]]
+        spark.createDataFrame([("a",)], "id string"), _processor(*v3, **evolve), "id",
+        "id string, old string", str(tmp_path / "se"), batch_id=2).collect()
+    assert json.loads(old) == PROBES_OLD[1]
