@@ -41,6 +41,7 @@ CASES = {
                                    "a decimal(7,2)", (Decimal("2.50"),)),
     "string->int": ("value", "a string", ("x",), "a int", (2,)),
     "string->binary": ("value", "a string", ("x",), "a binary", (b"y",)),
+    "binary->string": ("value", "a binary", (b"x",), "a string", ("y",)),
     "nested add field": ("value", "a int, s struct<x int>", (1, (1,)),
                          "a int, s struct<x int, y string>", (2, (2, "y"))),
     "array element int->long": ("value", "a array<int>", ([1, 2],), "a array<long>", ([3],)),
@@ -49,7 +50,10 @@ CASES = {
     "list element add field": ("list", "a int", (1,), "a int, b string", (2, "x")),
     "map value add field": ("map", "a int", (1,), "a int, b string", (2, "x")),
     "map user key int->long": ("map", "a int", (1,), "a int", (2,)),
+    # the same state, grouped by a column of another type (the query's key schema)
+    "grouping key string->bigint": ("value", "a int", (1,), "a int", (2,)),
 }
+GROUPING = {"grouping key string->bigint": ("string", "bigint")}
 
 
 def processor(kind: str, schema: str, value: tuple, key_schema: str | None, key: tuple):
@@ -86,14 +90,14 @@ def processor(kind: str, schema: str, value: tuple, key_schema: str | None, key:
     return Probe()
 
 
-def run(spark, ckpt: str, src: str, proc) -> list:
+def run(spark, ckpt: str, src: str, proc, key_type: str = "string") -> list:
     for f in os.listdir(src):
         os.remove(os.path.join(src, f))
     with open(os.path.join(src, f"{uuid.uuid4().hex}.json"), "w") as f:  # a new file each run
-        f.write(json.dumps({"id": "a"}) + "\n")
-    df = spark.readStream.schema("id string").json(src)
-    out = df.groupBy("id").transformWithStateInPandas(proc, "id string, old string", "Update",
-                                                       "None")
+        f.write(json.dumps({"id": "a" if key_type == "string" else 1}) + "\n")
+    df = spark.readStream.schema(f"id {key_type}").json(src)
+    out = df.groupBy("id").transformWithStateInPandas(proc, f"id {key_type}, old string",
+                                                       "Update", "None")
     got: list = []
     q = (out.writeStream.foreachBatch(lambda b, _: got.extend(b.collect()))
          .option("checkpointLocation", ckpt).start())
@@ -146,17 +150,20 @@ def main(argv: list[str]) -> int:
                 if report.problems else "allowed")
         if name == "map user key int->long":
             mine = "refused: map user keys never change"
+        g1, g2 = GROUPING.get(name, ("string", "string"))
+        if g1 != g2:
+            mine = "refused: the grouping key's types never change"
         d = tempfile.mkdtemp()
         ck, src = os.path.join(d, "ck"), os.path.join(d, "src")
         os.makedirs(src)
         try:
-            run(spark, ck, src, processor(kind, s1, v1, ks1, k1))
+            run(spark, ck, src, processor(kind, s1, v1, ks1, k1), g1)
         except Exception as e:  # noqa: BLE001 - the case's outcome is the report
             print(f"{name}: Spark cannot store the first schema ({error_class(e)}) | "
                   f"stateengine: {mine}", flush=True)
             continue
         try:
-            got = run(spark, ck, src, processor(kind, s2, v2, ks2, k2))
+            got = run(spark, ck, src, processor(kind, s2, v2, ks2, k2), g2)
             spark_says = f"read {[r.old for r in got]}"
         except Exception as e:  # noqa: BLE001
             spark_says = f"refused ({error_class(e)})"

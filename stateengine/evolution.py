@@ -219,7 +219,11 @@ COPY = Copy()
 @dataclass
 class Report:
     """What a step from one schema to the next does (``describe``): the problems that refuse
-    it, and the changes it makes, each as a field path text."""
+    it, and the changes it makes, each naming field paths as text (``"items.element.price"``).
+
+    ``problems``: ``(path, old, new, why)`` per offending path (empty: the change is
+    allowed); ``added``: ``(path, type)``; ``dropped``: ``(path, old type)``; ``renamed``:
+    ``(old path, new path)``; ``widened``: ``(path, old type, new type)``."""
 
     problems: list = field(default_factory=list)   # (path, old, new, why)
     added: list = field(default_factory=list)      # (path, new type)
