@@ -20,14 +20,14 @@ written, restored under the new schema, written again, restored, flushed and com
 then one forked process per case (``--ops`` scalar calls, or ``--calls`` batch calls of
 ``--rows`` distinct keys), each with a profile of its own. The report is instructions per
 operation counted inside the Cython entry point of each call, as bench/ttl_overhead.py
-counts them. The targets: ``plain`` and ``current`` cost what
-``before`` does; ``old`` reads at most 1.5x.
+counts them, printed and written to bench/results/evolution-overhead-latest.json (with a line
+in history.jsonl). The targets: ``plain`` and ``current`` cost what ``before`` does; ``old``
+reads at most 1.5x. Instruction counts do not depend on the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -202,13 +202,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ops", type=int, default=2_000)
     p.add_argument("--rows", type=int, default=1_000)
     p.add_argument("--calls", type=int, default=4)
-    p.add_argument("--json", help="also write the counts to this file")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "results"),
+                   help="where evolution-overhead-latest.json and history.jsonl's line go")
     p.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         child(args.child, args.keys, args.ops, args.rows, args.calls)
         return 0
     per_case = {c: args.ops if c.endswith("scalar") else args.rows * args.calls for c in CASES}
+    load = os.getloadavg()
     counts = {}
     for v in VARIANTS:
         cmd = [sys.executable, os.path.abspath(__file__), "--before", args.before, "--child", v,
@@ -224,9 +227,16 @@ def main(argv: list[str]) -> int:
         print(f"{case:<20}" + "".join(f"{counts[v][case]:>15,.0f}" for v in VARIANTS) +
               f"{counts['plain'][case] / b:>14.4f}{counts['current'][case] / b:>16.4f}"
               f"{counts['old'][case] / b:>12.4f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(counts, f, indent=2)
+    import history
+
+    report = {"keys": args.keys, "ops": args.ops, "rows": args.rows, "calls": args.calls,
+              "before": os.path.abspath(args.before), "load_average": load,
+              "load_average_after": os.getloadavg(),
+              "ir_per_op": {v: {c: round(counts[v][c]) for c in CASES} for v in VARIANTS},
+              "ratio_to_before": {v: {c: round(counts[v][c] / counts["before"][c], 4)
+                                      for c in CASES} for v in VARIANTS[1:]}}
+    print(f"wrote {history.record(args.out, 'evolution_overhead', report)} and its line in "
+          f"history.jsonl")
     return 0
 
 
