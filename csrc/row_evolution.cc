@@ -386,8 +386,8 @@ bool RowVersions::Length(const char* p, size_t n, size_t* len) const {
   return true;
 }
 
-bool RowVersions::Read(const char* p, size_t n, bool whole, std::string* scratch,
-                       size_t* marker, bool* upgraded, size_t* old_len) const {
+bool RowVersions::ReadMarked(const char* p, size_t n, bool whole, std::string* scratch,
+                             size_t* marker, bool* upgraded, size_t* old_len) const {
   uint32_t v;
   if (!Classify(p, n, &v, marker)) return false;
   if (direct_[v]) {

@@ -91,9 +91,28 @@ class RowVersions {
   // *upgraded is true and *old_len is its length after the marker. whole: the value must take
   // all n bytes (a value, a map value); else it is a list element. False if malformed.
   bool Read(const char* p, size_t n, bool whole, std::string* scratch, size_t* marker,
-            bool* upgraded, size_t* old_len) const;
+            bool* upgraded, size_t* old_len) const {
+    // the common case inline: a value written now (its marker is write_prefix_, the current
+    // layout), which Classify would name the same way
+    const size_t w = write_prefix_.size();
+    if (w != 0 && n > w && SamePrefix(p, write_prefix_.data(), w)) {
+      *marker = w;
+      *upgraded = false;
+      return true;
+    }
+    return ReadMarked(p, n, whole, scratch, marker, upgraded, old_len);
+  }
 
  private:
+  static bool SamePrefix(const char* p, const char* q, size_t w) {
+    for (size_t i = 0; i < w; ++i) {
+      if (p[i] != q[i]) return false;
+    }
+    return true;
+  }
+  bool ReadMarked(const char* p, size_t n, bool whole, std::string* scratch, size_t* marker,
+                  bool* upgraded, size_t* old_len) const;
+
   std::string escape_;
   std::string write_prefix_;
   std::vector<std::unique_ptr<RowSchema>> schemas_;
