@@ -171,7 +171,10 @@ def callgrind_variant(root: str, cmd: list[str], per_case: dict[str, int]) -> di
     import re
 
     prefix = tempfile.mktemp(prefix="evolution-overhead-")
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1")
+    # a fixed hash seed: Python's per-process string hashing otherwise moves every dict
+    # lookup's probe count, and so the counts of one binary by ~0.5% from run to run
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(root), OPENBLAS_NUM_THREADS="1",
+               PYTHONHASHSEED="0")
     proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}.%p",
                            "--dump-before=__pyx_pw_*crc32c(*", *cmd],
                           env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
