@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -162,6 +163,7 @@ def child(variant: str, keys: int, ops: int, rows: int, calls: int) -> None:
         if status != 0:
             raise SystemExit(f"case {name} failed ({status})")
     b.close()
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def callgrind_variant(root: str, cmd: list[str], per_case: dict[str, int]) -> dict[str, float]:
