@@ -96,7 +96,7 @@ def parse(data: bytes, source: str) -> dict[str, Any]:
     """A JSON object from data, or CorruptionError naming source."""
     try:
         # NaN and Infinity are no JSON: a document holding one could not be canonicalised
-        doc = json.loads(data, parse_constant=_no_constant, parse_float=finite_float)
+        doc = json.loads(data, parse_constant=no_constant, parse_float=finite_float)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise CorruptionError(f"checkpoint file {source} is not valid JSON ({e}); it is "
                               f"corrupted or truncated") from None
@@ -106,7 +106,8 @@ def parse(data: bytes, source: str) -> dict[str, Any]:
     return doc
 
 
-def _no_constant(name: str) -> Any:
+def no_constant(name: str) -> Any:
+    """json's parse_constant hook: NaN and Infinity are no JSON values (never written)."""
     raise ValueError(f"{name} is not a JSON value")
 
 

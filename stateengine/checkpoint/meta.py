@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CorruptionError
-from .documents import finite_float
+from .documents import finite_float, no_constant
 from ..keygroups import MAX_MAX_PARALLELISM
 from ..serializers import Codec
 
@@ -275,7 +275,7 @@ def decode_attributes(blob: bytes, entry: int) -> dict[str, Any]:
     """The attribute object of a state entry; ValueError unless it is a non-empty JSON object
     whose keys are not fixed fields (those are never attributes) and whose values are JSON
     values (check_attributes; NaN and infinities are refused as they are never written)."""
-    attrs = json.loads(blob.decode("utf-8"), parse_constant=_refuse_constant,
+    attrs = json.loads(blob.decode("utf-8"), parse_constant=no_constant,
                        parse_float=finite_float)
     if not isinstance(attrs, dict) or not attrs:
         raise ValueError(f"attributes of state entry {entry} are not a non-empty JSON object")
@@ -285,6 +285,3 @@ def decode_attributes(blob: bytes, entry: int) -> dict[str, Any]:
     check_attributes(attrs, f"attributes of state entry {entry}")
     return attrs
 
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
