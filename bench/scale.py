@@ -165,7 +165,7 @@ def task_times(checkpoint: str, batches: int) -> list[list[Any]]:
     out = []
     for i in range(batches):
         parts = state_metrics(checkpoint, i).partitions
-        out.append([[m["load"][0], round(m["load_ms"]), round(m["update_ms"]), round(m["commit_ms"])]
+        out.append([[m["load"], round(m["load_ms"]), round(m["update_ms"]), round(m["commit_ms"])]
                     for _, m in sorted(parts.items()) if m])
     return out
 
@@ -267,6 +267,14 @@ def session() -> Any:
     return cases_spark.session()
 
 
+def cpu_seconds(spark: Any) -> tuple[float, float]:
+    """CPU seconds so far of the session's JVM and of the Python workers below it (Linux
+    /proc; a classic session started by this process)."""
+    from spark_cpu_split import cpu_seconds as split
+
+    return split(spark.sparkContext._gateway.proc.pid)
+
+
 def load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -291,18 +299,22 @@ def run_size(spark: Any, scratch: str, rows: int, keys: int, batches: int, round
         for v in (variants if r % 2 == 0 else variants[::-1]):
             work = os.path.join(root, f"{v}-{r}")
             before = load()
+            cpu0 = cpu_seconds(spark)
             times = run_variant(spark, v, paths, work)
+            cpu = [round(b - a, 1) for a, b in zip(cpu0, cpu_seconds(spark))]
             problem = mismatch(v, work, per_batch, running)
             runs[v].append({"seconds": round(sum(times), 2),
-                            "batches": [round(t, 2) for t in times],
+                            "batches": [round(t, 2) for t in times], "cpu_jvm_python": cpu,
                             "load": [before, load()], "matches_pandas": problem is None})
             print(f"  round {r} {v:8s} {sum(times):7.2f} s  {rows / sum(times):>10,.0f} rows/s"
-                  f"  batches {' '.join(f'{t:.2f}' for t in times)}  load {before} -> {load()}"
+                  f"  batches {' '.join(f'{t:.2f}' for t in times)}  CPU s JVM {cpu[0]} Python "
+                  f"{cpu[1]}  load {before} -> {load()}"
                   + (f"  RESULTS DIFFER: {problem}" if problem else ""), flush=True)
             if v != "nostate":
                 tasks = task_times(os.path.join(work, "state"), batches)
                 runs[v][-1]["tasks"] = tasks
-                print("      tasks [load kind, load ms, update ms, commit ms]: "
+                print("      per batch, each task's [load: empty/restored/reused, load ms, update "
+                      "ms, commit ms]: "
                       + "  ".join(str(t) for t in tasks), flush=True)
             if keep_state and v == "typed" and r == rounds - 1:
                 kept = os.path.join(work, "state")

@@ -163,6 +163,7 @@ def test_memo_skips_tables_checked_before(tmp_path):
         second = b.checkpoint(2, root).result()
     finally:
         b.dispose()
+    untrusted.forget_checks()  # as in another process than the writer's
     KeyedStateBackend.restore(str(tmp_path / "r1"), [first]).dispose()
     calls = []
     real = untrusted.check_rocksdb_files
@@ -179,6 +180,84 @@ def test_memo_skips_tables_checked_before(tmp_path):
         restore_mod.check_rocksdb_files = saved
     assert calls[0]["scanned"] == 1 and calls[0]["files"] == len(second.shared), calls
     assert calls[1] == {"memo": True}
+
+
+def _spy_checks():
+    """Records what every restore's check returns, until the returned undo is called."""
+    calls = []
+    real = untrusted.check_rocksdb_files
+    restore_mod = sys.modules["stateengine.checkpoint.restore"]
+
+    def spy(db_dir, source):
+        calls.append(real(db_dir, source))
+        return calls[-1]
+    restore_mod.check_rocksdb_files = spy
+    return calls, lambda: setattr(restore_mod, "check_rocksdb_files", real)
+
+
+def test_tables_written_here_are_not_read(tmp_path):
+    """A commit records the tables its own RocksDB wrote: restoring them reads none (only the
+    MANIFEST replay and each table's open in the child); a table changed afterwards is a new
+    file to the memo and is read."""
+    root, manifest = _checkpoint(tmp_path)
+    calls, undo = _spy_checks()
+    try:
+        b = KeyedStateBackend.restore(str(tmp_path / "r"), [load_handle(root, manifest)])
+        assert len(b._raw_scan(b.column_family("value"))) == 100
+        b.dispose()
+    finally:
+        undo()
+    assert calls[0]["files"] >= 2 and calls[0]["scanned"] == 0, calls
+    _bad_value_type(root, manifest)  # rewritten: another file than the one recorded
+    with pytest.raises(CorruptionError, match="RocksDB files are damaged"):
+        KeyedStateBackend.restore(str(tmp_path / "r2"), [load_handle(root, manifest)])
+
+
+MEMO_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from stateengine import KeyedStateBackend, load_handle
+    from stateengine.checkpoint import restore, untrusted
+    untrusted.configure_check_memo(sys.argv[4])
+    real = untrusted.check_rocksdb_files
+    restore.check_rocksdb_files = lambda d, s: print(real(d, s))
+    KeyedStateBackend.restore(sys.argv[3], [load_handle(sys.argv[2], sys.argv[5])]).dispose()
+""")
+
+
+def test_machine_memo_is_shared_between_processes(tmp_path):
+    """With the machine-wide memo (StateStoreProvider's local directory), another process
+    restoring what this one wrote reads no table; without it, it reads them all."""
+    memo = tmp_path / "memo"
+    untrusted.configure_check_memo(str(memo))
+    try:
+        root, manifest = _checkpoint(tmp_path)
+    finally:
+        untrusted.configure_check_memo(None)
+    assert len(os.listdir(memo)) >= 2
+    outcomes = {}
+    for name, memo_dir in (("shared", str(memo)), ("other", str(tmp_path / "empty"))):
+        proc = subprocess.run([sys.executable, "-c", MEMO_CHILD, PROJECT, root,
+                               str(tmp_path / f"r-{name}"), memo_dir, manifest],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outcomes[name] = eval(proc.stdout.strip().splitlines()[-1])
+    assert outcomes["shared"]["scanned"] == 0, outcomes
+    assert outcomes["other"]["scanned"] == outcomes["other"]["files"] >= 2, outcomes
+
+
+def test_machine_memo_refuses_a_directory_others_may_write(tmp_path):
+    memo = tmp_path / "memo"
+    memo.mkdir()
+    os.chmod(memo, 0o777)
+    untrusted.configure_check_memo(str(memo))
+    assert untrusted.check_memo_root() is None
+    os.chmod(memo, 0o700)
+    untrusted.configure_check_memo(str(memo))
+    try:
+        assert untrusted.check_memo_root() == str(memo)
+    finally:
+        untrusted.configure_check_memo(None)
 
 
 def test_checks_can_be_turned_off(tmp_path):
