@@ -390,19 +390,34 @@ def build_state(checkpoint: str, local: str, keys: int, batches: int = 4) -> int
     return batches
 
 
-def restore_rescale(checkpoint: str, version: int, scratch: str, rounds: int) -> dict[str, Any]:
-    """2 -> 2, 2 -> 3 and 3 -> 2 restores of ``checkpoint``, partitions one after another,
-    with the RocksDB file check on (memo cleared) and off in alternation."""
+MODES = {"check off": "restores open the files directly (set_rocksdb_file_checks(False))",
+         "check, cold": "the child reads every table (no memo: another machine's state)",
+         "check, memo": "the machine-wide memo holds what the writers recorded (this machine)"}
+
+
+def restore_rescale(checkpoint: str, version: int, scratch: str, rounds: int,
+                    memo_dir: str) -> dict[str, Any]:
+    """2 -> 2, 2 -> 3 and 3 -> 2 restores of ``checkpoint``, partitions one after another in
+    this process, each as the first restore of its process, in the three MODES in alternation.
+    ``memo_dir`` is the machine-wide memo the writers used."""
     from stateengine import StateStoreProvider, ValueStateDescriptor
     from stateengine.checkpoint import untrusted
 
     desc = [ValueStateDescriptor("acc", value_type=STRUCT)]
     out: dict[str, Any] = {}
+    untrusted.configure_check_memo(memo_dir)
+    written: list[str] = []  # the writers' records
 
-    def restore(parallelism: int, v: int, tag: str, commit: bool = False) -> dict[str, Any]:
+    def restore(parallelism: int, v: int, tag: str, mode: str,
+                commit: bool = False) -> dict[str, Any]:
         parts, keys = [], 0
         for p in range(parallelism):
-            untrusted.forget_checks()  # each partition a first restore in its own process
+            if mode != "prep":
+                untrusted.forget_checks()  # a first restore in its own process
+            if mode == "check, memo":
+                for name in written:
+                    open(os.path.join(memo_dir, name), "w").close()
+            untrusted.set_rocksdb_file_checks(mode not in ("check off", "prep"))
             local = tempfile.mkdtemp(prefix=f"{tag}-p{p}-", dir=scratch)
             provider = StateStoreProvider(checkpoint, "default", p, parallelism, key_type=int,
                                           descriptors=desc, local_dir=local)
@@ -423,28 +438,28 @@ def restore_rescale(checkpoint: str, version: int, scratch: str, rounds: int) ->
         return {"partitions_s": parts, "sum_s": round(sum(first), 3),
                 "max_s": round(max(first), 3), "keys": keys}
 
-    # 3 partitions commit version + 1 once (untimed here), for the 3 -> 2 restores
-    untrusted.set_rocksdb_file_checks(False)
-    restore(3, version, "prep", commit=True)
+    # what the writers recorded, plus what 3 partitions record committing version + 1 (the
+    # 3 -> 2 restores' state), as a job that ran at 3 partitions on this machine leaves it
+    out["commit_3"] = restore(3, version, "prep", "prep", commit=True)
+    written[:] = os.listdir(memo_dir)
     for r in range(rounds):
-        for checks in (True, False):
-            untrusted.set_rocksdb_file_checks(checks)
-            label = "check on" if checks else "check off"
+        for mode in (MODES if r % 2 == 0 else list(MODES)[::-1]):
             for name, (n, v) in {"2to2": (2, version), "2to3": (3, version),
                                  "3to2": (2, version + 1)}.items():
-                res = restore(n, v, name)
-                out.setdefault(name, {}).setdefault(label, []).append(res)
-                print(f"  restore {name} ({label}): sum {res['sum_s']:.2f} s, slowest partition "
+                res = restore(n, v, name, mode)
+                out.setdefault(name, {}).setdefault(mode, []).append(res)
+                print(f"  restore {name} ({mode}): sum {res['sum_s']:.2f} s, slowest partition "
                       f"{res['max_s']:.2f} s, {res['keys']:,} keys, partitions "
                       f"{res['partitions_s']}, load {load()}", flush=True)
     untrusted.set_rocksdb_file_checks(True)
-    summary: dict[str, Any] = {}
+    untrusted.configure_check_memo(None)
+    summary: dict[str, Any] = {"commit_3": out.pop("commit_3"), "modes": MODES}
     for name, by in out.items():
-        summary[name] = {label: {"best_sum_s": min(x["sum_s"] for x in rs),
-                                 "best_max_s": min(x["max_s"] for x in rs),
-                                 "keys": rs[0]["keys"],
-                                 "rounds": [[x["sum_s"], x["max_s"]] for x in rs]}
-                         for label, rs in by.items()}
+        summary[name] = {mode: {"best_sum_s": min(x["sum_s"] for x in rs),
+                                "best_max_s": min(x["max_s"] for x in rs),
+                                "keys": rs[0]["keys"],
+                                "rounds": [[x["sum_s"], x["max_s"], x["partitions_s"]] for x in rs]}
+                         for mode, rs in by.items()}
     return summary
 
 
@@ -484,7 +499,7 @@ def main(argv: list[str]) -> int:
 
     sizes = ([tuple(int(x) for x in s.split(":")) for s in args.sizes.split(",")]
              if args.sizes else FULL if args.full else SMALL)
-    rescale = args.full if args.rescale is None else args.rescale
+    rescale = (args.full or args.rescale_only) if args.rescale is None else args.rescale
     out_dir = args.out or os.path.join(HERE, "results", *(() if args.full else ("quick",)))
     scratch = tempfile.mkdtemp(prefix="stateengine-scale-", dir=args.scratch)
     doc: dict[str, Any] = {"command": " ".join(["python bench/scale.py", *argv]),
@@ -497,6 +512,9 @@ def main(argv: list[str]) -> int:
         if args.rescale_only:
             kept = os.path.join(scratch, "built", "state")
             t0 = time.perf_counter()
+            from stateengine.checkpoint import untrusted
+
+            untrusted.configure_check_memo(os.path.join(scratch, "built", "local", "checked-tables"))
             version = build_state(kept, os.path.join(scratch, "built", "local"), args.keys)
             doc["state"] = {"keys": args.keys, "build_s": round(time.perf_counter() - t0, 1)}
             print(f"[state of {args.keys:,} keys built in {doc['state']['build_s']} s]")
@@ -527,7 +545,8 @@ def main(argv: list[str]) -> int:
             del cases_spark
         if rescale and kept:
             print("[restore and rescale]", flush=True)
-            doc["restore"] = restore_rescale(kept, version, scratch, args.rescale_rounds)
+            memo = os.path.join(os.path.dirname(kept), "local", "checked-tables")
+            doc["restore"] = restore_rescale(kept, version, scratch, args.rescale_rounds, memo)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     doc["load_at_end"] = list(os.getloadavg())

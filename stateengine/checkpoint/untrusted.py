@@ -71,7 +71,7 @@ os._exit(rc)
 MEMORY_LIMIT = 4 << 30
 #: A child that reads slower than this many bytes per second (after a minute's grace) is
 #: taken to be stuck in damaged data.
-MIN_BYTES_PER_SECOND = 8 << 20
+MIN_BYTES_PER_SECOND = 2 << 20
 _GRACE_SECONDS = 60.0
 
 _lock = threading.Lock()
