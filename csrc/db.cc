@@ -65,6 +65,12 @@ void CreatedTables::OnTableFileDeleted(const rocksdb::TableFileDeletionInfo& inf
   names_.erase(BaseName(info.file_path));
 }
 
+void CreatedTables::OnExternalFileIngested(rocksdb::DB* /*db*/,
+                                           const rocksdb::ExternalFileIngestionInfo& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  names_.insert(BaseName(info.internal_file_path));
+}
+
 std::vector<std::string> CreatedTables::Names() const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::vector<std::string>(names_.begin(), names_.end());

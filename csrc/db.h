@@ -129,6 +129,8 @@ class CreatedTables : public rocksdb::EventListener {
  public:
   void OnTableFileCreated(const rocksdb::TableFileCreationInfo& info) override;
   void OnTableFileDeleted(const rocksdb::TableFileDeletionInfo& info) override;
+  // Tables this library wrote and ingested (restores of full snapshots) are its own too.
+  void OnExternalFileIngested(rocksdb::DB* db, const rocksdb::ExternalFileIngestionInfo& info) override;
   std::vector<std::string> Names() const;
 
  private:
