@@ -29,10 +29,13 @@ VALUE = ValueStateDescriptor("value", bytes)
 
 @pytest.fixture(autouse=True)
 def _fresh_memo():
+    saved = untrusted.check_memo_root()
+    untrusted.configure_check_memo(None)  # this process's memo only, unless a test says so
     untrusted.forget_checks()
     yield
     untrusted.set_rocksdb_file_checks(True)
     untrusted.forget_checks()
+    untrusted.configure_check_memo(saved)
 
 
 def _checkpoint(tmp_path, rounds: int = 2) -> tuple[str, str]:
@@ -244,6 +247,49 @@ def test_machine_memo_is_shared_between_processes(tmp_path):
         outcomes[name] = eval(proc.stdout.strip().splitlines()[-1])
     assert outcomes["shared"]["scanned"] == 0, outcomes
     assert outcomes["other"]["scanned"] == outcomes["other"]["files"] >= 2, outcomes
+
+
+PROVIDER_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from stateengine import StateStoreProvider, ValueStateDescriptor
+    from stateengine.checkpoint import restore, untrusted
+    real = untrusted.check_rocksdb_files
+    restore.check_rocksdb_files = lambda d, s: print(real(d, s))
+    p = StateStoreProvider(sys.argv[2], "op", 0, 1, key_type=int, local_dir=sys.argv[3],
+                           descriptors=[ValueStateDescriptor("value", bytes)])
+    store = p.get_store(1)
+    print(len(store.backend._raw_scan(store.backend.column_family("value"))))
+    p.close()
+""")
+
+
+def test_next_worker_restores_without_reading_tables(tmp_path):
+    """A Spark task that lands on another Python worker: the provider there (same local
+    directory, another process) restores what this one committed without reading its tables."""
+    from stateengine import StateStoreProvider
+
+    untrusted.configure_check_memo(None)
+    local = str(tmp_path / "local")
+    try:
+        p = StateStoreProvider(str(tmp_path / "ckpt"), "op", 0, 1, key_type=int, local_dir=local,
+                               descriptors=[VALUE])
+        assert untrusted.check_memo_root() == os.path.join(local, "checked-tables")
+        store = p.get_store(0)
+        state = store.get_state(VALUE)
+        for k in range(100):
+            store.backend.set_current_key(k)
+            state.update(b"v%d" % k)
+        assert store.commit() == 1
+        p.close()
+    finally:
+        untrusted.configure_check_memo(None)
+    proc = subprocess.run([sys.executable, "-c", PROVIDER_CHILD, PROJECT, str(tmp_path / "ckpt"),
+                           local], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    read, entries = proc.stdout.strip().splitlines()[-2:]
+    assert eval(read)["scanned"] == 0 and eval(read)["files"] >= 1, read
+    assert int(entries) == 100
 
 
 def test_machine_memo_refuses_a_directory_others_may_write(tmp_path):
