@@ -108,9 +108,8 @@ class StateStoreProvider:
         if not self.storage.is_local and file_cache.file_cache_root() is None:
             # restores on this machine link the SSTs its databases already hold
             file_cache.configure_file_cache(os.path.join(self._local_root, "remote-files"))
-        if untrusted.check_memo_root() is None:
-            # restores on this machine skip the tables its databases wrote or checked
-            untrusted.configure_check_memo(os.path.join(self._local_root, "checked-tables"))
+        # restores on this machine skip the tables its databases wrote or checked
+        untrusted.follow_local_dir(self._local_root)
         self._backend: KeyedStateBackend | None = None
         self._backend_version: int | None = None  # version the open backend holds, if clean
         self._first_version = 0  # the version this partition's state began at (see _load)

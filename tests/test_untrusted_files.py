@@ -28,14 +28,14 @@ VALUE = ValueStateDescriptor("value", bytes)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_memo():
-    saved = untrusted.check_memo_root()
-    untrusted.configure_check_memo(None)  # this process's memo only, unless a test says so
+def _fresh_memo(monkeypatch):
+    # this process's memo only, as before any provider ran, unless a test says otherwise
+    monkeypatch.setattr(untrusted, "_shared_root", None)
+    monkeypatch.setattr(untrusted, "_shared_explicit", False)
     untrusted.forget_checks()
     yield
     untrusted.set_rocksdb_file_checks(True)
     untrusted.forget_checks()
-    untrusted.configure_check_memo(saved)
 
 
 def _checkpoint(tmp_path, rounds: int = 2) -> tuple[str, str]:
@@ -233,10 +233,8 @@ def test_machine_memo_is_shared_between_processes(tmp_path):
     restoring what this one wrote reads no table; without it, it reads them all."""
     memo = tmp_path / "memo"
     untrusted.configure_check_memo(str(memo))
-    try:
-        root, manifest = _checkpoint(tmp_path)
-    finally:
-        untrusted.configure_check_memo(None)
+    root, manifest = _checkpoint(tmp_path)
+    untrusted.configure_check_memo(None)
     assert len(os.listdir(memo)) >= 2
     outcomes = {}
     for name, memo_dir in (("shared", str(memo)), ("other", str(tmp_path / "empty"))):
@@ -269,21 +267,17 @@ def test_next_worker_restores_without_reading_tables(tmp_path):
     directory, another process) restores what this one committed without reading its tables."""
     from stateengine import StateStoreProvider
 
-    untrusted.configure_check_memo(None)
     local = str(tmp_path / "local")
-    try:
-        p = StateStoreProvider(str(tmp_path / "ckpt"), "op", 0, 1, key_type=int, local_dir=local,
-                               descriptors=[VALUE])
-        assert untrusted.check_memo_root() == os.path.join(local, "checked-tables")
-        store = p.get_store(0)
-        state = store.get_state(VALUE)
-        for k in range(100):
-            store.backend.set_current_key(k)
-            state.update(b"v%d" % k)
-        assert store.commit() == 1
-        p.close()
-    finally:
-        untrusted.configure_check_memo(None)
+    p = StateStoreProvider(str(tmp_path / "ckpt"), "op", 0, 1, key_type=int, local_dir=local,
+                           descriptors=[VALUE])
+    assert untrusted.check_memo_root() == os.path.join(local, "checked-tables")
+    store = p.get_store(0)
+    state = store.get_state(VALUE)
+    for k in range(100):
+        store.backend.set_current_key(k)
+        state.update(b"v%d" % k)
+    assert store.commit() == 1
+    p.close()
     proc = subprocess.run([sys.executable, "-c", PROVIDER_CHILD, PROJECT, str(tmp_path / "ckpt"),
                            local], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -300,10 +294,10 @@ def test_machine_memo_refuses_a_directory_others_may_write(tmp_path):
     assert untrusted.check_memo_root() is None
     os.chmod(memo, 0o700)
     untrusted.configure_check_memo(str(memo))
-    try:
-        assert untrusted.check_memo_root() == str(memo)
-    finally:
-        untrusted.configure_check_memo(None)
+    assert untrusted.check_memo_root() == str(memo)
+    # chosen explicitly: a provider's local directory does not replace it
+    untrusted.follow_local_dir(str(tmp_path / "local"))
+    assert untrusted.check_memo_root() == str(memo)
 
 
 def test_checks_can_be_turned_off(tmp_path):

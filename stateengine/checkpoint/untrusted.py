@@ -87,6 +87,7 @@ _MEMO_LIMIT = 200_000
 # user's own (checked: owned by this user, writable by nobody else), touched on every use
 # and swept of entries unused for a week (or beyond _SHARED_LIMIT, oldest first).
 _shared_root: str | None = None
+_shared_explicit = False  # configured by configure_check_memo, not by a provider
 _SHARED_LIMIT = 100_000
 _SHARED_MAX_AGE_S = 7 * 24 * 3600.0
 _SWEEP_INTERVAL_S = 600.0
@@ -127,6 +128,20 @@ def configure_check_memo(path: str | os.PathLike | None) -> None:
     could make a table trusted, so it must be a directory of this user's that no one else may
     write to (a local working directory is: it holds the live databases); any other is not
     used."""
+    global _shared_explicit
+    _shared_explicit = True
+    _configure(path)
+
+
+def follow_local_dir(local_dir: str) -> None:
+    """The memo in ``<local_dir>/checked-tables``, unless ``configure_check_memo`` chose one:
+    each StateStoreProvider calls it, so the Python workers of a query (one local directory)
+    share their records."""
+    if not _shared_explicit:
+        _configure(os.path.join(local_dir, "checked-tables"))
+
+
+def _configure(path: str | os.PathLike | None) -> None:
     global _shared_root
     root = None
     if path is not None:
