@@ -170,6 +170,9 @@ def task_times(checkpoint: str, batches: int) -> list[list[Any]]:
     return out
 
 
+MEMORY_BUDGET_MB: int | None = None  # --memory-budget-mb: each worker's (default: 256 MiB)
+
+
 def run_variant(spark: Any, variant: str, paths: list[str], work: str) -> list[float]:
     """The job over every batch; the seconds each batch took (read to written)."""
     from stateengine.spark import map_with_state, mark_batch_committed
@@ -185,7 +188,8 @@ def run_variant(spark: Any, variant: str, paths: list[str], work: str) -> list[f
             out = map_with_state(df, "user", BODIES[variant], OUTPUT_SCHEMA,
                                  descriptors(variant), checkpoint=checkpoint, batch_id=i,
                                  num_partitions=PARTITIONS, max_parallelism=MAX_PARALLELISM,
-                                 local_dir=os.path.join(work, "local"))
+                                 local_dir=os.path.join(work, "local"),
+                                 memory_budget_mb=MEMORY_BUDGET_MB)
         out.write.mode("overwrite").parquet(os.path.join(work, "out", f"batch={i}"))
         if variant != "nostate":
             mark_batch_committed(checkpoint, i, PARTITIONS)
@@ -481,6 +485,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "of --keys keys and restore/rescale it")
     p.add_argument("--keys", type=int, default=1_000_000, help="keys of --rescale-only")
     p.add_argument("--rescale-rounds", type=int, default=2)
+    p.add_argument("--memory-budget-mb", type=int, default=None,
+                   help="each Python worker's memory budget (map_with_state's memory_budget_mb; "
+                   "default: the engine's 256 MiB)")
     p.add_argument("--rocksdb", choices=("debian", "release"), default=None)
     p.add_argument("--scratch", default=None, help="parent of the scratch directory")
     p.add_argument("--out", default=None, help="results directory (default bench/results; "
@@ -497,6 +504,8 @@ def main(argv: list[str]) -> int:
     build = builds.use(args.rocksdb, False, __file__)  # may restart this script
     import history
 
+    global MEMORY_BUDGET_MB
+    MEMORY_BUDGET_MB = args.memory_budget_mb
     sizes = ([tuple(int(x) for x in s.split(":")) for s in args.sizes.split(",")]
              if args.sizes else FULL if args.full else SMALL)
     rescale = (args.full or args.rescale_only) if args.rescale is None else args.rescale
@@ -504,7 +513,8 @@ def main(argv: list[str]) -> int:
     scratch = tempfile.mkdtemp(prefix="stateengine-scale-", dir=args.scratch)
     doc: dict[str, Any] = {"command": " ".join(["python bench/scale.py", *argv]),
                            "rocksdb": builds.describe(build)["rocksdb"],
-                           "cpus": os.cpu_count(), "load_at_start": list(os.getloadavg())}
+                           "cpus": os.cpu_count(), "memory_budget_mb": args.memory_budget_mb,
+                           "load_at_start": list(os.getloadavg())}
     print(f"bench/scale.py on {doc['rocksdb']}, scratch {scratch}, load {load()}", flush=True)
     failed = False
     try:
