@@ -465,13 +465,31 @@ class ArrowDecoder {
     return true;
   }
 
-  // Appends the elements of a stored list (joined by ',') as one row of list builder b.
-  bool AppendList(Builder* b, const char* p, size_t n) {
+  // Appends the elements of a stored list (joined by ',') as one row of list builder b;
+  // versions: an evolved state's schema versions (elements may be of older ones), else null.
+  bool AppendList(Builder* b, const char* p, size_t n, const RowVersions* versions) {
     Builder* elems = b->children[0].get();
     size_t pos = 0;
     while (pos < n) {
       size_t used = 0;
-      if (!Append(elems, p + pos, n - pos, &used)) return false;
+      if (versions != nullptr) {
+        size_t marker = 0, old_len = 0;
+        bool upgraded = false;
+        if (!versions->Read(p + pos, n - pos, false, &scratch_, &marker, &upgraded, &old_len)) {
+          return false;
+        }
+        if (upgraded) {
+          if (!Append(elems, scratch_.data(), scratch_.size(), &used) || used != scratch_.size()) {
+            return false;
+          }
+          used = marker + old_len;
+        } else {
+          if (!Append(elems, p + pos + marker, n - pos - marker, &used)) return false;
+          used += marker;
+        }
+      } else if (!Append(elems, p + pos, n - pos, &used)) {
+        return false;
+      }
       pos += used;
       if (pos < n) {
         if (p[pos] != kListDelimiterChar || pos + 1 == n) return false;
@@ -588,14 +606,16 @@ class ArrowDecoder {
 
   const RowSchema& s_;
   bool too_large_ = false;
+  std::string scratch_;  // an upgraded old value (versions)
 };
 
 // Decodes every stored value row(i) returns (found or not) into one Arrow array.
 template <typename RowAt>
-bool Decode(const RowSchema& s, size_t rows, int layout, const std::string* fill, RowAt row_at,
-            ArrowArray* out, RowError* err) {
+bool Decode(const RowSchema& s, const RowVersions* versions, size_t rows, int layout,
+            const std::string* fill, RowAt row_at, ArrowArray* out, RowError* err) {
   try {
     ArrowDecoder dec(s);
+    std::string upgraded_value;
     std::unique_ptr<Builder> root = layout == kStoredList ? dec.MakeList() : dec.Make(0);
     for (size_t r = 0; r < rows; ++r) {
       rocksdb::Slice v;
@@ -603,7 +623,7 @@ bool Decode(const RowSchema& s, size_t rows, int layout, const std::string* fill
       bool ok = true;
       if (layout == kStoredList) {
         if (found) {
-          ok = dec.AppendList(root.get(), v.data(), v.size());
+          ok = dec.AppendList(root.get(), v.data(), v.size(), versions);
         } else {
           dec.AppendEmptyList(root.get());
         }
@@ -615,6 +635,17 @@ bool Decode(const RowSchema& s, size_t rows, int layout, const std::string* fill
             found = false;  // an entry whose value is None
           } else {
             v.remove_prefix(1);
+          }
+        }
+        if (ok && found && versions != nullptr) {  // stored values may be of older versions
+          size_t marker = 0, old_len = 0;
+          bool upgraded = false;
+          ok = versions->Read(v.data(), v.size(), true, &upgraded_value, &marker, &upgraded,
+                              &old_len);
+          if (ok && upgraded) {
+            v = rocksdb::Slice(upgraded_value);
+          } else if (ok) {
+            v.remove_prefix(marker);
           }
         }
         if (ok && !found && fill != nullptr) {
@@ -645,8 +676,8 @@ bool Decode(const RowSchema& s, size_t rows, int layout, const std::string* fill
 }  // namespace
 
 bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const ArrowArray* array,
-                     int null_rows, std::string* data, std::vector<int64_t>* offsets,
-                     std::vector<uint8_t>* nulls, RowError* err) {
+                     int null_rows, const std::string& prefix, std::string* data,
+                     std::vector<int64_t>* offsets, std::vector<uint8_t>* nulls, RowError* err) {
   try {
     ArrowEncoder enc(schema, err);
     if (!enc.Check(0, type)) {
@@ -658,6 +689,7 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
     offsets->assign(1, 0);
     offsets->reserve(static_cast<size_t>(n) + 1);
     nulls->assign(null_rows == kNullRowsMark ? static_cast<size_t>(n) : 0, 0);
+    const bool marked = !prefix.empty();
     for (int64_t r = 0; r < n; ++r) {
       if (ArrowIsNull(array, r)) {
         if (null_rows == kNullRowsRefuse) {
@@ -669,6 +701,7 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
         if (null_rows == kNullRowsMapFlag) data->push_back(1);
       } else {
         if (null_rows == kNullRowsMapFlag) data->push_back(0);
+        if (marked) data->append(prefix);
         if (!enc.Value(0, type, array, r, data)) {
           err->row = r;
           std::reverse(err->path.begin(), err->path.end());
@@ -684,12 +717,13 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
   }
 }
 
-bool DecodeBatchToArrow(const RowSchema& schema, const KeyBatch& batch,
-                        const BatchValues& values, int layout, const std::string* fill,
-                        ArrowArray* out, uint8_t* found, RowError* err) {
+bool DecodeBatchToArrow(const RowSchema& schema, const RowVersions* versions,
+                        const KeyBatch& batch, const BatchValues& values, int layout,
+                        const std::string* fill, ArrowArray* out, uint8_t* found,
+                        RowError* err) {
   const auto& group_of = batch.group_of();
   for (size_t r = 0; r < batch.rows(); ++r) found[r] = values.found[group_of[r]];
-  return Decode(schema, batch.rows(), layout, fill,
+  return Decode(schema, versions, batch.rows(), layout, fill,
                 [&](size_t r, rocksdb::Slice* v) {
                   const uint32_t g = group_of[r];
                   if (!values.found[g]) return false;
@@ -699,9 +733,10 @@ bool DecodeBatchToArrow(const RowSchema& schema, const KeyBatch& batch,
                 out, err);
 }
 
-bool DecodeSlicesToArrow(const RowSchema& schema, const std::vector<rocksdb::Slice>& values,
-                         int layout, ArrowArray* out, RowError* err) {
-  return Decode(schema, values.size(), layout, nullptr,
+bool DecodeSlicesToArrow(const RowSchema& schema, const RowVersions* versions,
+                         const std::vector<rocksdb::Slice>& values, int layout, ArrowArray* out,
+                         RowError* err) {
+  return Decode(schema, versions, values.size(), layout, nullptr,
                 [&](size_t r, rocksdb::Slice* v) {
                   *v = values[r];
                   return true;

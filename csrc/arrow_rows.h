@@ -17,6 +17,7 @@
 #include "arrow_c.h"
 #include "batch_ops.h"
 #include "row_codec.h"
+#include "row_evolution.h"
 
 namespace stateengine {
 
@@ -49,11 +50,12 @@ enum NullRows : int {
 };
 
 // Encodes every row of `array` (Arrow type `type`) under the schema's root node into data,
-// row r at [offsets[r], offsets[r + 1]) (offsets gets length + 1 entries). False with err if
-// the type does not match or any row fails; the outputs are then unspecified.
+// row r at [offsets[r], offsets[r + 1]) (offsets gets length + 1 entries), each non-null row
+// after `prefix` (an evolved state's version marker, else empty). False with err if the type
+// does not match or any row fails; the outputs are then unspecified.
 bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const ArrowArray* array,
-                     int null_rows, std::string* data, std::vector<int64_t>* offsets,
-                     std::vector<uint8_t>* nulls, RowError* err);
+                     int null_rows, const std::string& prefix, std::string* data,
+                     std::vector<int64_t>* offsets, std::vector<uint8_t>* nulls, RowError* err);
 
 // How stored values of a state lie in RocksDB.
 enum StoredLayout : int {
@@ -66,12 +68,16 @@ enum StoredLayout : int {
 // (kStoredList: its list; a key without a list gets an empty list); rows whose key holds
 // nothing get `fill` (the encoding of a ValueState's default) or null. found[row] says whether
 // the key holds a value. False with err (row = an input row) on a malformed stored value.
-bool DecodeBatchToArrow(const RowSchema& schema, const KeyBatch& batch,
-                        const BatchValues& values, int layout, const std::string* fill,
-                        ArrowArray* out, uint8_t* found, RowError* err);
+// versions: an evolved state's schema versions, whose old values are upgraded to `schema`
+// (fill is already in it); null for a state that never evolved.
+bool DecodeBatchToArrow(const RowSchema& schema, const RowVersions* versions,
+                        const KeyBatch& batch, const BatchValues& values, int layout,
+                        const std::string* fill, ArrowArray* out, uint8_t* found,
+                        RowError* err);
 
 // One Arrow array with a row per stored value (null where a map value is None).
-bool DecodeSlicesToArrow(const RowSchema& schema, const std::vector<rocksdb::Slice>& values,
-                         int layout, ArrowArray* out, RowError* err);
+bool DecodeSlicesToArrow(const RowSchema& schema, const RowVersions* versions,
+                         const std::vector<rocksdb::Slice>& values, int layout, ArrowArray* out,
+                         RowError* err);
 
 }  // namespace stateengine

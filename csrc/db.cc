@@ -368,13 +368,14 @@ rocksdb::Status StateDB::MergeNoWait(int cf, const rocksdb::Slice& key,
 // ---- state with TTL ---------------------------------------------------------------------
 
 rocksdb::Status StateDB::ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read,
-                                      bool return_expired, const std::string& row_program) {
+                                      bool return_expired, const std::string& row_program,
+                                      const std::string& row_versions) {
   const std::shared_ptr<TtlState>& t = ttl(cf);
   if (t == nullptr) {
     return rocksdb::Status::InvalidArgument("state '" + spec(cf).name + "' was created without TTL");
   }
   if (ttl_ms <= 0) return rocksdb::Status::InvalidArgument("a TTL must be positive");
-  return t->Configure(ttl_ms, update_on_read, return_expired, row_program);
+  return t->Configure(ttl_ms, update_on_read, return_expired, row_program, row_versions);
 }
 
 rocksdb::Status StateDB::TtlGet(const CfSlot& s, const rocksdb::Slice& key,

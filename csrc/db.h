@@ -195,7 +195,8 @@ class StateDB {
   // The TTL settings of a state's registered descriptor (InvalidArgument for a family without
   // TTL), and the time every TTL check and stamp uses from now on.
   rocksdb::Status ConfigureTtl(int cf, int64_t ttl_ms, bool update_on_read, bool return_expired,
-                               const std::string& row_program = std::string());
+                               const std::string& row_program = std::string(),
+                               const std::string& row_versions = std::string());
   void SetTtlTime(int64_t ms) { clock_->Set(ms); }
   int64_t ttl_time() const { return clock_->now(); }
   // The TTL of a column family; null for a family without TTL.

@@ -161,11 +161,19 @@ TtlState::TtlState(TtlLayout layout, Codec value_codec, bool numeric, NumericOp 
       name_(std::move(name)) {}
 
 rocksdb::Status TtlState::Configure(int64_t ttl_ms, bool update_on_read, bool return_expired,
-                                    const std::string& row_program) {
+                                    const std::string& row_program,
+                                    const std::string& row_versions) {
   if (codec_ == kStruct && row_ == nullptr) {
     auto row = std::make_unique<RowSchema>();
     if (!row->Compile(row_program.data(), row_program.size())) {
       return rocksdb::Status::InvalidArgument("the value schema of a typed state does not compile");
+    }
+    if (!row_versions.empty()) {
+      auto versions = std::make_unique<RowVersions>();
+      if (!versions->Build(row_versions.data(), row_versions.size())) {
+        return rocksdb::Status::InvalidArgument("the schema history of a typed state does not compile");
+      }
+      versions_ = std::move(versions);
     }
     row_ = std::move(row);  // published to other threads by the release store below
   }
@@ -176,7 +184,10 @@ rocksdb::Status TtlState::Configure(int64_t ttl_ms, bool update_on_read, bool re
 }
 
 bool TtlState::ElementLength(const char* p, size_t n, size_t* len) const {
-  if (codec_ == kStruct) return row_ != nullptr && row_->Length(0, p, n, len);
+  if (codec_ == kStruct) {
+    if (versions_ != nullptr) return versions_->Length(p, n, len);
+    return row_ != nullptr && row_->Length(0, p, n, len);
+  }
   return stateengine::ElementLength(codec_, p, n, len);
 }
 

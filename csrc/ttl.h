@@ -22,6 +22,7 @@
 #include "codec.h"
 #include "merge_operators.h"
 #include "row_codec.h"
+#include "row_evolution.h"
 
 namespace stateengine {
 
@@ -77,10 +78,13 @@ class TtlState {
 
   // The registered descriptor's settings; until then (a state restored but not registered
   // yet) nothing expires and accesses are refused. row_program: the compiled value schema
-  // (sparktypes.program) of a typed state, whose list elements need it to be measured; kept
-  // from the first call on, as background compactions may be reading it.
+  // (sparktypes.program) of a typed state, whose list elements need it to be measured, and
+  // row_versions (evolution.History.spec) when its schema evolved (elements of older
+  // versions carry markers); kept from the first call on, as background compactions may be
+  // reading them.
   rocksdb::Status Configure(int64_t ttl_ms, bool update_on_read, bool return_expired,
-                            const std::string& row_program);
+                            const std::string& row_program,
+                            const std::string& row_versions = std::string());
   int64_t ttl_ms() const { return ttl_ms_.load(std::memory_order_acquire); }
   bool update_on_read() const { return update_on_read_.load(std::memory_order_relaxed); }
   bool return_expired() const { return return_expired_.load(std::memory_order_relaxed); }
@@ -127,6 +131,7 @@ class TtlState {
   const std::shared_ptr<TtlClock> clock_;
   const std::string name_;  // the state's, for messages
   std::unique_ptr<RowSchema> row_;  // kStruct values: set once, before ttl_ms_ is published
+  std::unique_ptr<RowVersions> versions_;  // an evolved kStruct state's versions, likewise
   std::atomic<int64_t> ttl_ms_{0};
   std::atomic<bool> update_on_read_{false};
   std::atomic<bool> return_expired_{false};

@@ -9,7 +9,7 @@ Quick use::
     count.update(count.value() + 1)
 """
 
-from . import aggregates, reducers
+from . import aggregates, evolution, reducers
 from ._native import configure_bloom_filters, configure_memory, memory_usage
 from .backend import KeyedStateBackend
 from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
@@ -19,9 +19,9 @@ from .errors import (BackendClosedError, CheckpointFileMissingError, CheckpointN
                      CorruptionError, IllegalStoreStateError, IncompatibleStateError,
                      KeyGroupOutOfRangeError, KeyTypeError, MixedTypesError, NoCurrentKeyError,
                      NullElementError, OutputSchemaError, PickleNotAllowedError,
-                     SerializationError, StaleCommitError, StateEngineError,
-                     StateRegistrationError, StorageError, TtlTimeNotSetError, TtlTimeRangeError,
-                     UnknownStateError, UserFunctionError)
+                     SchemaEvolutionError, SerializationError, StaleCommitError,
+                     StateEngineError, StateRegistrationError, StorageError, TtlTimeNotSetError,
+                     TtlTimeRangeError, UnknownStateError, UserFunctionError)
 from .functions import AggregateFunction
 from .checkpoint.file_cache import configure_file_cache, file_cache_stats
 from .checkpoint.handles import load_handle
@@ -49,12 +49,12 @@ __all__ = [
     "KeyedStateBackend", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
     "MixedTypesError",
     "NoCurrentKeyError", "NullElementError", "OutputSchemaError", "PickleNotAllowedError",
-    "ReducingState", "ReducingStateDescriptor", "SerializationError", "SortedMapState",
-    "StaleCommitError", "TtlTimeRangeError",
+    "ReducingState", "ReducingStateDescriptor", "SchemaEvolutionError", "SerializationError",
+    "SortedMapState", "StaleCommitError", "TtlTimeRangeError",
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
     "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
     "TtlTimeNotSetError", "UnknownStateError", "UserFunctionError", "UpdateType", "ValueState",
-    "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters",
+    "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters", "evolution",
     "configure_file_cache", "configure_memory", "file_cache_stats", "key_group_prefix_bytes",
     "load_handle", "memory_usage",
     "operator_for_key_group", "reducers", "spark_hash",

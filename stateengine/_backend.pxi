@@ -384,12 +384,14 @@ cdef class NativeBackend:
         return None if t == kTtlTimeUnset else t
 
     def _native_configure_ttl(self, int cf, int64_t ttl_ms, bint update_on_read,
-                              bint return_expired, bytes row_program=b""):
-        """row_program: the compiled value schema of a typed state (sparktypes.program)."""
+                              bint return_expired, bytes row_program=b"", bytes row_versions=b""):
+        """row_program: the compiled value schema of a typed state (sparktypes.program);
+        row_versions: its schema history (evolution.History.spec) if it evolved."""
         cdef string program = row_program
+        cdef string versions = row_versions
         self._check_open()
         check_status(self._db.get().ConfigureTtl(cf, ttl_ms, update_on_read, return_expired,
-                                                 program))
+                                                 program, versions))
 
     def _native_find_cf(self, str name) -> int:
         self._check_open()

@@ -338,10 +338,11 @@ cdef tuple _rows_result(NativeState s, RowCodec row, _Batch b, int layout, objec
     found = _np_empty(b.n, dtype=_np_bool_dtype)
     cdef uint8_t* fp = <uint8_t*>_output_data(found)
     if fill_value is not None:
-        row.encode(fill_value, &fill)
+        RowCodec.encode(row, fill_value, &fill)  # in the current schema, without a marker
         fillp = &fill
     with nogil:
-        ok = CDecodeBatchToArrow(row.schema, b.kb, b.vals, layout, fillp, &out.array, fp, &err)
+        ok = CDecodeBatchToArrow(row.schema, row.versions, b.kb, b.vals, layout, fillp,
+                                 &out.array, fp, &err)
     return decoded_array(row, out, err, ok, layout == kStoredList, f"state '{s.name}'"), found
 
 

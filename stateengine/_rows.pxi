@@ -46,6 +46,10 @@ cdef class RowCodec:
     cdef list _names      # per node: the field names of a struct, else None
     cdef list _tnames     # per node: its type as error messages name it
     cdef object _arrow
+    # An evolved state's schema versions (EvolvedRowCodec; NULL otherwise) and the marker
+    # written before each value, for the batch calls, which pass both to C++.
+    cdef const CRowVersions* versions
+    cdef string prefix
 
     def __init__(self, type):
         cdef bytes prog = _sparktypes.program(type)
@@ -129,12 +133,90 @@ cdef class RowCodec:
     def decode_bytes(self, bytes data):
         return self.decode_whole(PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data))
 
+    cdef cbool element_length(self, const char* p, size_t n, size_t* length):
+        """Length of the stored value at p (a list element of a state with TTL)."""
+        return self.schema.Length(0, p, n, length)
+
     def length(self, bytes data) -> int:
         """Length of the value data starts with (the codec's ElementLength), -1 if malformed."""
         cdef size_t n = 0
-        if not self.schema.Length(0, PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data), &n):
+        if not self.element_length(PyBytes_AS_STRING(data), <size_t>PyBytes_GET_SIZE(data), &n):
             return -1
         return n
+
+
+cdef class EvolvedRowCodec(RowCodec):
+    """The values of a typed state whose schema evolved (stateengine/evolution.py): encodes
+    the current schema after its version marker, and decodes values of every version of the
+    history, upgrading old ones in C++ first (csrc/row_evolution.h). One per history."""
+    cdef unique_ptr[CRowVersions] _owned
+    cdef string _scratch
+    cdef readonly object history
+
+    def __init__(self, type, bytes spec, history):
+        RowCodec.__init__(self, type)
+        self._owned.reset(new CRowVersions())
+        if not self._owned.get().Build(PyBytes_AS_STRING(spec), <size_t>PyBytes_GET_SIZE(spec)):
+            raise _CorruptionError(f"the schema history {history!r:.200} does not compile")
+        self.versions = self._owned.get()
+        self.prefix = self.versions.write_prefix()
+        self.history = history
+
+    def __repr__(self):
+        return f"EvolvedRowCodec({self.canonical}, {self.versions.size()} versions)"
+
+    cdef int encode(self, object v, string* out) except -1:
+        out.append(self.prefix)
+        return RowCodec.encode(self, v, out)
+
+    cdef object decode(self, const char* p, size_t n, size_t* used):
+        cdef size_t marker = self.prefix.size(), old_len = 0, got = 0
+        cdef cbool upgraded = False
+        if marker and n > marker and memcmp(p, self.prefix.data(), marker) == 0:
+            # written now: the current schema after the marker (the common case first)
+            r = RowCodec.decode(self, p + marker, n - marker, used)
+            used[0] += marker
+            return r
+        if not self.versions.Read(p, n, False, &self._scratch, &marker, &upgraded, &old_len):
+            raise _CorruptionError(
+                f"stored bytes ({n} bytes) are not a valid encoding of any version of schema "
+                f"history ending in {self.canonical}; the data is corrupted")
+        if not upgraded:
+            r = RowCodec.decode(self, p + marker, n - marker, used)
+            used[0] += marker
+            return r
+        r = RowCodec.decode(self, self._scratch.data(), self._scratch.size(), &got)
+        if got != self._scratch.size():
+            raise _CorruptionError("an upgraded value does not decode whole")
+        used[0] = marker + old_len
+        return r
+
+    cdef cbool element_length(self, const char* p, size_t n, size_t* length):
+        return self.versions.Length(p, n, length)
+
+    def stored_version(self, bytes data, str layout="value"):
+        """The schema version a stored value was written in (layout "value"; "map": after
+        the null flag, None for a null value) or of each element ("list")."""
+        cdef const char* p = PyBytes_AS_STRING(data)
+        cdef size_t n = <size_t>PyBytes_GET_SIZE(data), pos = 0, length = 0, marker = 0
+        cdef uint32_t version = 0
+        if layout == "map":
+            if n == 0 or p[0] == 1:
+                return None
+            p += 1
+            n -= 1
+        if layout != "list":
+            if not self.versions.Classify(p, n, &version, &marker):
+                raise _CorruptionError("a stored value's version marker names no schema version")
+            return version
+        out = []
+        while pos < n:
+            if not self.versions.Classify(p + pos, n - pos, &version, &marker) or \
+                    not self.versions.Length(p + pos, n - pos, &length):
+                raise _CorruptionError("a stored list element is malformed")
+            out.append(version)
+            pos += length + 1  # and its ',' delimiter
+        return out
 
 
 _ROW_CODECS = {}
@@ -558,7 +640,8 @@ cdef int encode_arrow_rows(RowCodec c, object arr, int null_rows, string* data,
     cdef CRowError err
     cdef cbool ok
     with nogil:
-        ok = CEncodeArrowRows(c.schema, &x.schema, &x.array, null_rows, data, offsets, nulls, &err)
+        ok = CEncodeArrowRows(c.schema, &x.schema, &x.array, null_rows, c.prefix, data, offsets,
+                              nulls, &err)
     if ok:
         return 0
     if err.code == kRowNoMemory:
@@ -598,7 +681,7 @@ def decode_rows_to_arrow(RowCodec c, list values, str layout, str what="state",
     for v in values:
         slices.push_back(CSlice(PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v)))
     with nogil:
-        ok = CDecodeSlicesToArrow(c.schema, slices, mode, &out.array, &err)
+        ok = CDecodeSlicesToArrow(c.schema, c.versions, slices, mode, &out.array, &err)
     return decoded_array(c, out, err, ok, mode == kStoredList, what, arrow_type)
 
 

@@ -303,7 +303,7 @@ def split_ttl_value(str kind, int codec, bytes data, RowCodec row=None):
             stamps.append(<int64_t>CGetBE64(p + pos))
             pos += 8
             if row is not None:
-                if not row.schema.Length(0, p + pos, n - pos, &length):
+                if not row.element_length(p + pos, n - pos, &length):
                     raise _CorruptionError("a list element of a state with TTL is malformed")
             elif not CElementLength(<CCodec>codec, p + pos, n - pos, &length):
                 raise _CorruptionError("a list element of a state with TTL is malformed")

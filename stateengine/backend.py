@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, overload
 
 from typing import Sequence
 
-from . import _native, serializers, sparktypes
+from . import _native, evolution, serializers, sparktypes
 from .checkpoint.asynchronous import AsyncSnapshot
 from .checkpoint.documents import resolve_key
 from .checkpoint.full import take_full_snapshot
@@ -56,7 +56,7 @@ _FIELD_NAMES = {"value_codec": "value serializer", "namespace_codec": "namespace
                 "native_op": "native function"}
 
 
-# Attributes that must agree as exactly as the fixed fields (the schemas of typed states).
+# The schemas of typed states: a value schema may evolve (evolution.py), a user key schema not.
 _SCHEMA_ATTRIBUTES = {"value_schema": "values", "user_key_schema": "user keys"}
 
 _FUNCTION_NAMES = {0: "none (a Python function or no function)", 1: "native SUM",
@@ -91,13 +91,12 @@ def describe_meta_conflict(name: str, have: dict, want: dict) -> str | None:
             return (f"state '{name}' has {what} {names.get(have.get(field), have.get(field))} but "
                     f"the descriptor asks for {names.get(want.get(field), want.get(field))}; keep "
                     f"the function kind or use another state name")
-    for attr, what in _SCHEMA_ATTRIBUTES.items():
-        if have.get(attr) != want.get(attr):
-            return (f"state '{name}' stores {what} of schema {have.get(attr) or '(none)'} but the "
-                    f"descriptor declares {want.get(attr) or '(none)'}; typed state keeps its "
-                    f"schema for life (no schema evolution): declare the same schema or use "
-                    f"another state name")
     return None
+
+
+def schemas_differ(a: dict, b: dict) -> bool:
+    """Whether two metas of one state differ in their typed schemas or schema history."""
+    return any(a.get(k) != b.get(k) for k in (*_SCHEMA_ATTRIBUTES, evolution.HISTORY))
 
 
 class KeyedStateBackend(_native.NativeBackend):
@@ -270,11 +269,20 @@ class KeyedStateBackend(_native.NativeBackend):
         name = meta["name"]
         registered = self._cf_metas.get(name)
         if registered is not None:
-            # The restored meta is what was written; what is registered (a full restore
-            # registers the descriptors first) is what is asked for.
+            # Both were written: by the handles restored before this one, and this one.
             conflict = describe_meta_conflict(name, meta, registered)
             if conflict:
                 raise IncompatibleStateError(f"{source}: {conflict}")
+            if schemas_differ(meta, registered):
+                merged = evolution.merge_histories(registered, meta)
+                if merged is None or name in self._states:
+                    raise IncompatibleStateError(
+                        f"{source}: state '{name}' has schema {meta.get('value_schema')} "
+                        f"(history {meta.get(evolution.HISTORY)}) but other handles of the "
+                        f"restore have {registered.get('value_schema')} (history "
+                        f"{registered.get(evolution.HISTORY)}); handles of one checkpoint "
+                        f"version agree on every schema")
+                self._cf_metas[name] = merged
             return self._cf_index[name]
         cf = self._native_create_cf(*_cf_spec(meta))
         self._cf_metas[name] = dict(meta)  # meta before index: snapshots list the index
@@ -341,14 +349,25 @@ class KeyedStateBackend(_native.NativeBackend):
             if conflict:
                 raise StateRegistrationError(conflict)
             if name in self._states:
-                registered = self._states[name].descriptor.ttl
-                if registered != descriptor.ttl:
+                registered = self._states[name].descriptor
+                if any(have.get(k) != want.get(k) for k in _SCHEMA_ATTRIBUTES):
                     raise StateRegistrationError(
-                        f"state '{name}' is registered with {registered!r}; the descriptor asks "
-                        f"for {descriptor.ttl!r}. A backend keeps one TTL setting per state: "
-                        f"pass the same StateTtlConfig (it may change when the state is restored "
-                        f"into a new backend)")
+                        f"state '{name}' is registered with value schema "
+                        f"{have.get('value_schema') or '(none)'} and user key schema "
+                        f"{have.get('user_key_schema') or '(none)'}; the descriptor declares "
+                        f"{want.get('value_schema') or '(none)'} and "
+                        f"{want.get('user_key_schema') or '(none)'}. A backend keeps one schema "
+                        f"per state: a value schema evolves when the state is restored into a "
+                        f"new backend (docs: schema evolution)")
+                if registered.ttl != descriptor.ttl:
+                    raise StateRegistrationError(
+                        f"state '{name}' is registered with {registered.ttl!r}; the descriptor "
+                        f"asks for {descriptor.ttl!r}. A backend keeps one TTL setting per "
+                        f"state: pass the same StateTtlConfig (it may change when the state is "
+                        f"restored into a new backend)")
                 return self._states[name]
+            # A restored state: its stored schema may evolve into the declared one.
+            want = evolution.evolve_meta(name, have, want, descriptor.evolution)
         if descriptor.ttl is not None:  # before anything is created: refused means unchanged
             check_ttl_fits(name, descriptor.ttl.ttl_ms, self.ttl_time)
         cf = self._cf_index.get(name)
@@ -358,16 +377,18 @@ class KeyedStateBackend(_native.NativeBackend):
             self._cf_index[name] = cf  # lists the index, then reads each meta
         if descriptor.ttl is not None:
             ttl = descriptor.ttl
-            # a typed list's elements are measured by their schema (csrc/ttl.h)
+            # a typed list's elements are measured by their schema (csrc/ttl.h), and by the
+            # schema of their version once it evolved
             program = (sparktypes.program(descriptor.value_schema)
                        if descriptor.value_schema is not None else b"")
             self._native_configure_ttl(cf, ttl.ttl_ms, ttl.update_on_read, ttl.return_expired,
-                                       program)
+                                       program, evolution.versions_spec(want))
         handle = _HANDLE_TYPES[descriptor.kind]()
         handle._bind(self, cf, descriptor, int(descriptor.value_codec),
                      int(descriptor.namespace_codec))
         if descriptor.value_schema is not None:
-            handle._set_value_row(_native.row_codec(descriptor.value_schema))
+            handle._set_value_row(evolution.value_codec(want, f"state '{name}'",
+                                                        descriptor.value_schema))
         kind = descriptor.kind
         if kind is StateKind.VALUE:
             handle._set_default(descriptor.default)

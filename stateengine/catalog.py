@@ -38,6 +38,7 @@ from .checkpoint.documents import resolve_key
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
 from .errors import CheckpointNotFoundError, CorruptionError, StateEngineError
+from .evolution import HISTORY  # the value schemas a state was written in, oldest first
 from .functions import NativeOp
 from .keygroups import KeyGroupRange
 from .metrics import operators
@@ -51,9 +52,6 @@ SPARK_TYPES = {Codec.BIGINT: "bigint", Codec.INT: "int", Codec.DOUBLE: "double",
 NATIVE_OPS = {NativeOp.SUM: "sum", NativeOp.MIN: "min", NativeOp.MAX: "max",
               NativeOp.COUNT: "count"}
 INTERNAL_PREFIX = "$"
-# Schema evolution's attribute: the value schemas a state was written in, oldest first
-# (docs/ARCHITECTURE.md, "Schema evolution"): [{"schema", "renamed_from", "defaults"}, ...]
-HISTORY = "value_schema_history"
 _SHOWN = ("value_schema", "user_key_schema", "ttl", HISTORY)  # the fields below show them
 
 

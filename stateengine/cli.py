@@ -49,7 +49,7 @@ import sys
 import tempfile
 from typing import Any, Iterator
 
-from . import _native, sparktypes
+from . import _native, evolution, sparktypes
 from .backend import KeyedStateBackend
 from .checkpoint.documents import resolve_key
 from .checkpoint.meta import HEADER, SnapshotMeta
@@ -321,7 +321,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
             names = ", ".join(m["name"] for m in h.states if not m["name"].startswith("__"))
             raise StateEngineError(f"version {version} has no state '{args.state}' (states: {names})")
         has_uk = meta["kind"] in ("map", "sorted_map")
-        value_row, uk_row = (_row_codec(meta.get(a)) for a in ("value_schema", "user_key_schema"))
+        value_row, uk_row = evolution.value_codec(meta), _row_codec(meta.get("user_key_schema"))
+        # an evolved state: each entry says which schema version it was written in (its value
+        # is shown in the current schema)
+        evolved = meta.get(evolution.HISTORY) is not None
+        layout = {"list": "list", "map": "map", "sorted_map": "map"}.get(meta["kind"], "value")
         with _reading(h, args) as backend:
             for raw_key, raw_value in _stored(backend, args.state):
                 if args.limit is not None and printed >= args.limit:
@@ -338,6 +342,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 if meta.get("ttl"):  # State TTL: the last access time(s) on their own
                     raw_value, row["last_access_ms"] = _native.split_ttl_value(
                         meta["kind"], meta["value_codec"], raw_value, value_row)
+                if evolved:
+                    row["schema_version"] = value_row.stored_version(raw_value, layout)
                 value = _native.decode_stored_value(meta["kind"], meta["value_codec"],
                                                     raw_value, gate, value_row)
                 if value_row is None:
@@ -363,11 +369,20 @@ def cmd_meta(args: argparse.Namespace) -> int:
         "meta_block_bytes": length, "max_parallelism": meta.max_parallelism,
         "key_columns": [codec_name(c) for c in meta.key_codecs or ()],
         "compressed": meta.compressed,
-        "states": [dict(s, value_codec=codec_name(s["value_codec"]),
-                        namespace_codec=codec_name(s["namespace_codec"]),
-                        user_key_codec=codec_name(s["user_key_codec"])) for s in meta.states],
+        "states": [_readable_state(s) for s in meta.states],
     }, indent=2))
     return 0
+
+
+def _readable_state(s: dict[str, Any]) -> dict[str, Any]:
+    """A state meta as ``meta`` prints it: codec names, and a schema history with its steps
+    spelled out (the stored form, with defaults as base64 encodings, is in the file)."""
+    out = dict(s, value_codec=codec_name(s["value_codec"]),
+               namespace_codec=codec_name(s["namespace_codec"]),
+               user_key_codec=codec_name(s["user_key_codec"]))
+    if evolution.HISTORY in s:
+        out[evolution.HISTORY] = evolution.readable_history(s)
+    return out
 
 
 def _stats_line(m: dict[str, Any]) -> str:

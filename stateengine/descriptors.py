@@ -12,9 +12,9 @@ then carries the attribute ``"ttl": True`` (the duration is configuration, not p
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
-from . import serializers, sparktypes
+from . import evolution, serializers, sparktypes
 from .aggregates import NativeAggregate
 from .errors import SerializationError, StateRegistrationError
 from .functions import AggregateFunction
@@ -102,18 +102,31 @@ class StateDescriptor:
     (or pyspark Rows, or dicts keyed by field name) of that schema, stored by the typed row
     codec; ``value()`` returns tuples. See docs/concepts/typed-state.md.
 
-    ``ttl`` (a StateTtlConfig) gives the state a time-to-live (stateengine/ttl.py)."""
+    ``ttl`` (a StateTtlConfig) gives the state a time-to-live (stateengine/ttl.py).
+
+    A typed value schema may evolve when the state is restored (see stateengine/evolution.py
+    and the docs' "Schema evolution"): ``renamed_from`` maps a field path of the schema
+    (``"address.zip"``; ``element`` / ``value`` step into arrays and map values) to the
+    field's name in the stored schema, and ``field_defaults`` maps a field path to the value
+    entries written before the field existed read for it (else null). Both only matter when
+    the stored schema differs; they are recorded in the state's schema history."""
 
     kind: ClassVar[StateKind]
 
     def __init__(self, name: str, value_type: Any = None, namespace_type: Any = None, *,
-                 ttl: StateTtlConfig | None = None) -> None:
+                 ttl: StateTtlConfig | None = None,
+                 renamed_from: Mapping[str, str] | None = None,
+                 field_defaults: Mapping[str, Any] | None = None) -> None:
         self.name = validate_state_name(name)
         self.value_type = value_type
         self.value_codec, self.value_schema = serializers.typed_codec(value_type, "value_type")
         self.namespace_type = namespace_type
         self.namespace_codec = serializers.namespace_codec(namespace_type)
         self.ttl = check_ttl(self.name, ttl)
+        self.renamed_from = dict(renamed_from or {})
+        self.field_defaults = dict(field_defaults or {})
+        self.evolution = evolution.declarations(self.value_schema, renamed_from, field_defaults,
+                                                self.name)
 
     user_key_codec: Codec = Codec.VOID
     user_key_schema: sparktypes.DataType | None = None
@@ -153,8 +166,11 @@ class ValueStateDescriptor(StateDescriptor):
     kind = StateKind.VALUE
 
     def __init__(self, name: str, value_type: Any = None, default: Any = None,
-                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
-        super().__init__(name, value_type, namespace_type, ttl=ttl)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None,
+                 renamed_from: Mapping[str, str] | None = None,
+                 field_defaults: Mapping[str, Any] | None = None) -> None:
+        super().__init__(name, value_type, namespace_type, ttl=ttl, renamed_from=renamed_from,
+                         field_defaults=field_defaults)
         self.default = default
         if self.value_schema is not None and default is not None:
             from . import _native
@@ -183,8 +199,11 @@ class MapStateDescriptor(StateDescriptor):
     kind = StateKind.MAP
 
     def __init__(self, name: str, user_key_type: Any = None, value_type: Any = None,
-                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
-        super().__init__(name, value_type, namespace_type, ttl=ttl)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None,
+                 renamed_from: Mapping[str, str] | None = None,
+                 field_defaults: Mapping[str, Any] | None = None) -> None:
+        super().__init__(name, value_type, namespace_type, ttl=ttl, renamed_from=renamed_from,
+                         field_defaults=field_defaults)
         self.user_key_type = user_key_type
         self.user_key_codec, self.user_key_schema = serializers.typed_codec(user_key_type,
                                                                             "user_key_type")
@@ -201,8 +220,11 @@ class SortedMapStateDescriptor(MapStateDescriptor):
     kind = StateKind.SORTED_MAP
 
     def __init__(self, name: str, user_key_type: Any, value_type: Any = None,
-                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
-        StateDescriptor.__init__(self, name, value_type, namespace_type, ttl=ttl)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None,
+                 renamed_from: Mapping[str, str] | None = None,
+                 field_defaults: Mapping[str, Any] | None = None) -> None:
+        StateDescriptor.__init__(self, name, value_type, namespace_type, ttl=ttl,
+                                 renamed_from=renamed_from, field_defaults=field_defaults)
         self.user_key_type = user_key_type
         self.user_key_codec = serializers.sorted_user_key_codec(user_key_type)
 
@@ -221,8 +243,11 @@ class ReducingStateDescriptor(StateDescriptor):
     kind = StateKind.REDUCING
 
     def __init__(self, name: str, reduce_function: Any, value_type: Any = None,
-                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None) -> None:
-        super().__init__(name, value_type, namespace_type, ttl=ttl)
+                 namespace_type: Any = None, *, ttl: StateTtlConfig | None = None,
+                 renamed_from: Mapping[str, str] | None = None,
+                 field_defaults: Mapping[str, Any] | None = None) -> None:
+        super().__init__(name, value_type, namespace_type, ttl=ttl, renamed_from=renamed_from,
+                         field_defaults=field_defaults)
         if not callable(reduce_function):
             raise StateRegistrationError(
                 f"state '{name}': reduce_function must be callable (a, b) -> c or one of "
@@ -247,8 +272,11 @@ class AggregatingStateDescriptor(StateDescriptor):
 
     def __init__(self, name: str, aggregate_function: AggregateFunction,
                  accumulator_type: Any = None, namespace_type: Any = None, *,
-                 ttl: StateTtlConfig | None = None) -> None:
-        super().__init__(name, accumulator_type, namespace_type, ttl=ttl)
+                 ttl: StateTtlConfig | None = None,
+                 renamed_from: Mapping[str, str] | None = None,
+                 field_defaults: Mapping[str, Any] | None = None) -> None:
+        super().__init__(name, accumulator_type, namespace_type, ttl=ttl,
+                         renamed_from=renamed_from, field_defaults=field_defaults)
         missing = [m for m in ("create_accumulator", "add", "get_result", "merge")
                    if not callable(getattr(aggregate_function, m, None))]
         if missing:

@@ -76,6 +76,17 @@ class IncompatibleStateError(StateEngineError, ValueError):
     max parallelism)."""
 
 
+class SchemaEvolutionError(IncompatibleStateError, StateRegistrationError):
+    """A typed state's declared schema cannot evolve from the stored one (narrowing, a changed
+    type, NOT NULL where old entries have no value, a changed map user key or key type).
+    Raised before anything is read or written; ``problems`` lists each offending path as
+    ``(where, old, new, why)`` and the message shows them all, one per line."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str, str, str]] | None = None):
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+
 class TtlTimeNotSetError(StateEngineError, RuntimeError):
     """A state with TTL was read or written before the backend was given a TTL time
     (``set_ttl_time``; ``batch_timestamp_ms=`` in stateengine.spark). TTL never reads the

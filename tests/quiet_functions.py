@@ -48,6 +48,25 @@ def event_gap_timeout(key: Any, timer: Any, ctx: Any) -> list[tuple]:
     return [(key, "timeout", timer.timestamp, ctx.watermark)]
 
 
+def group_heartbeat(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any
+                    ) -> Iterator[pd.DataFrame]:
+    """heartbeat for apply_in_pandas_with_state (GroupState): a ProcessingTimeTimeout
+    HEARTBEAT_MS after the key's last batch. Spark times a key out strictly after its timeout,
+    so ``at`` is the first millisecond at which it may fire."""
+    now = state.getCurrentProcessingTimeMs()
+    if state.hasTimedOut:
+        (at,) = state.get
+        state.remove()
+        yield pd.DataFrame({"key": [key[0]], "kind": ["timeout"], "at": [at], "batch_ts": [now]})
+        return
+    for _ in pdfs:
+        pass
+    at = now + HEARTBEAT_MS + 1
+    state.update((at,))
+    state.setTimeoutDuration(HEARTBEAT_MS)
+    yield pd.DataFrame({"key": [key[0]], "kind": ["event"], "at": [at], "batch_ts": [now]})
+
+
 # ---- Spark's applyInPandasWithState (Spark's own operator, on every supported version) -----
 
 def spark_heartbeat(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any

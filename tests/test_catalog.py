@@ -220,3 +220,87 @@ def _read_without_descriptors(session, tmp_path):
         "value:struct<n:bigint>>")
     anything = read_state(session, root, "anything", operator_id="sessions")
     assert anything.schema["value"].dataType.simpleString() == "map<string,bigint>"  # inferred
+
+
+# ---- a typed state whose schema evolved --------------------------------------------------------
+
+V0, V1 = "name string, visits int", "name string, visits bigint, score double"
+
+
+def write_evolved(root: str, local: str) -> None:
+    """Operator 'sessions' (one partition): version 1 writes 'session' in schema V0 for users
+    u0..u5, version 2 in V1 (a field added, int widened to bigint) for u3..u8, so u0..u2 keep
+    entries of schema version 0."""
+    for v, (schema, users) in enumerate(((V0, range(0, 6)), (V1, range(3, 9)))):
+        d = ValueStateDescriptor("session", value_type=schema)
+        provider = StateStoreProvider(root, "sessions", 0, 1, key_type=(Codec.STRING, Codec.INT),
+                                      descriptors=[d], local_dir=local,
+                                      key_names=["user", "region"])
+        store = provider.get_store(v)
+        h = store.get_state(d)
+        for i in users:
+            store.backend.set_current_key((f"u{i}", i % 3))
+            h.update((f"u{i}", i) if v == 0 else (f"u{i}", 10 * i, i / 2))
+        store.commit()
+        provider.close()
+
+
+def test_an_evolved_schema_and_its_history_from_the_checkpoint_alone(tmp_path, capsys):
+    """Schema evolution writes the history the catalog lists: the current schema as the
+    state's type, every version with what its step did; as of version 1, the old schema
+    alone."""
+    root = str(tmp_path / "ck")
+    write_evolved(root, str(tmp_path / "local"))
+    (op,) = checkpoint_catalog(root)
+    session = op.state("session")
+    now = "struct<name:string,visits:bigint,score:double>"
+    assert session.value_type == now and session.extra_attributes == {}
+    assert session.schema_history == [
+        {"version": 0, "schema": "struct<name:string,visits:int>", "renamed": []},
+        {"version": 1, "schema": now, "renamed": []}]
+    (old,) = checkpoint_catalog(root, version=1)
+    assert old.state("session").value_type == "struct<name:string,visits:int>"
+    assert old.state("session").schema_history == []
+    assert main(["catalog", root]) == 0
+    text = capsys.readouterr().out
+    assert f"session  value       {now}\n" in text
+    assert "schema version 0: struct<name:string,visits:int>\n" in text
+    assert f"schema version 1: {now}" in text
+    assert main(["catalog", root, "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    (state,) = doc["states"]
+    assert state["value_type"] == now and [h["schema"] for h in state["schema_history"]] == \
+        ["struct<name:string,visits:int>", now]
+
+
+def test_read_state_reads_an_evolved_state_without_descriptors(spark, tmp_path):
+    _read_evolved(spark, tmp_path)
+
+
+def test_read_state_reads_an_evolved_state_without_descriptors_on_spark_connect(connect,
+                                                                                tmp_path):
+    _read_evolved(connect, tmp_path)
+
+
+def _read_evolved(session, tmp_path):
+    from stateengine.spark import read_state
+
+    root = str(tmp_path / "ck")
+    write_evolved(root, str(tmp_path / "local"))
+    (row,) = read_state(session, root).collect()
+    assert row["state"] == "session"
+    assert row["value_type"] == "struct<name:string,visits:bigint,score:double>"
+    assert row["schema_history"] == ["struct<name:string,visits:int>", row["value_type"]]
+    frame = read_state(session, root, "session", operator_id="sessions", flatten=True,
+                       key_names="recorded")
+    assert frame.schema.simpleString() == (
+        "struct<user:string,region:int,namespace:string,name:string,visits:bigint,"
+        "score:double>")
+    got = sorted(tuple(r)[3:] for r in frame.collect())
+    # u0..u2: schema version 0's entries upgraded (widened, the added field null)
+    assert got == [("u0", 0, None), ("u1", 1, None), ("u2", 2, None), ("u3", 30, 1.5),
+                   ("u4", 40, 2.0), ("u5", 50, 2.5), ("u6", 60, 3.0), ("u7", 70, 3.5),
+                   ("u8", 80, 4.0)]
+    value = read_state(session, root, "session", operator_id="sessions")
+    assert value.schema["value"].dataType.simpleString() == \
+        "struct<name:string,visits:bigint,score:double>"

@@ -16,7 +16,7 @@ from stateengine import (CorruptionError, KeyedStateBackend, ListStateDescriptor
 from stateengine.sparktypes import parse_ddl
 from tests.fuzz import run
 
-# Seconds each harness fuzzes in the suite: 8 harnesses, well under a minute in all.
+# Seconds each harness fuzzes in the suite: 9 harnesses, well under a minute in all.
 SECONDS = 3
 
 
@@ -43,6 +43,7 @@ def test_harness_replays_corpus_and_fuzzes(built, harness, tmp_path, monkeypatch
 def test_every_decoder_has_a_harness():
     assert set(run.all_harnesses()) == {
         "snapshot_reader", "codec", "row_codec", "composite_key",          # libFuzzer, ASan+UBSan
+        "row_evolution",
         "any_codec_py", "keys_py", "operator_state_py", "documents_py"}   # atheris
 
 
@@ -138,3 +139,24 @@ def test_key_group_beyond_max_parallelism_is_corruption(tmp_path):
             b.parse_timer_key(bytes([200]) + timer[1:])
     finally:
         b.dispose()
+
+
+def test_upgrade_plans_fit_the_current_schema():
+    """row_evolution (regress-plan-output-type): RowVersions::Build compiled an upgrade plan
+    against the old version's schema only, so a default (4 bytes, an int's) under a current
+    field of another type (bigint) made upgraded values the current schema cannot read."""
+    from stateengine import evolution
+
+    with open(os.path.join(run.SEEDS, "row_evolution", "regress-plan-output-type"), "rb") as f:
+        data = f.read()
+    spec = data[2:2 + struct.unpack(">H", data[:2])[0]]
+    with pytest.raises(CorruptionError, match="does not compile"):
+        _native.EvolvedRowCodec(parse_ddl("l array<struct<x: double, y: bigint>>"), spec, None)
+    # the history it was made from, as History.spec writes it, compiles and upgrades
+    old = parse_ddl("l array<struct<x: int>>")
+    new = parse_ddl("l array<struct<x: double, y: int NOT NULL>>")
+    history = evolution.History([evolution.Version(old), evolution.Version(
+        new, evolution.declarations(new, {}, {"l.element.y": 7}, "test"))])
+    codec = _native.EvolvedRowCodec(new, history.spec(), None)
+    assert codec.decode_bytes(_native.row_codec(old).encode_bytes(([(1,), None],))) == \
+        ([(1.0, 7), None],)

@@ -12,6 +12,7 @@ through rescaling, timers, TTL and two-column keys, with each key in the same pa
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,49 @@ def test_time_never_moves_back_and_belongs_to_its_time_mode(tmp_path):
             h.run_batch(watermark=1)
     with pytest.raises(ValueError, match="flavour must be"):
         ProcessorHarness(P.RunningTotals(), "user", "user string", flavour="arrow")
+
+
+def test_a_harness_resumed_with_changed_code_evolves_state_as_the_spark_path(tmp_path):
+    """A harness given a closed harness's directory resumes from its newest version, as a
+    restarted query resumes from its checkpoint; changed schemas evolve there as through
+    apply_with_state and transform_with_state_in_pandas (test_spark_evolution.py asserts
+    the same reads on Spark), and a refused change fails the batch and leaves the state."""
+    from stateengine.errors import SchemaEvolutionError
+    from tests import test_spark_evolution as E
+
+    d, out = str(tmp_path / "apply"), "user bigint, before string"
+
+    def batch(fn, states, rows):
+        with ApplyHarness(fn, "user", out, states, num_partitions=2, operator_id="op",
+                          directory=d) as h:
+            return h.batch_id, h.run_batch(pd.DataFrame(rows, columns=["user", "page", "at"]))
+
+    assert batch(E._v1, E.V1, E.BATCH_0)[0] == 0
+    first, rows = batch(E._v2, E.V2, E.BATCH_1)
+    assert first == 1 and {r.user: json.loads(r.before) for r in rows.rows} == E.APPLY_BEFORE
+    before = E._digest(os.path.join(d, "checkpoint"))
+    with pytest.raises(SchemaEvolutionError, match="session value.clicks: bigint -> smallint"):
+        batch(E._v2, [ValueStateDescriptor("session", "clicks smallint, page string")],
+              E.BATCH_1)
+    assert E._digest(os.path.join(d, "checkpoint")) == before
+
+
+@needs_processors
+def test_a_processor_harness_resumed_with_changed_code_evolves_state(tmp_path):
+    """The processor of test_spark_evolution.py (whose first two versions it runs against
+    Spark's own operator with Avro encoding) through three ProcessorHarness runs over one
+    directory: the same reads of old entries, renames and defaults included."""
+    from stateengine.testing import ProcessorHarness
+    from tests import test_spark_evolution as E
+
+    old = []
+    for i, ((schema, value), evolve) in enumerate(E.PROBES):
+        with ProcessorHarness(E._processor(schema, value, **evolve), "id",
+                              "id string, old string", directory=str(tmp_path)) as h:
+            assert h.batch_id == i
+            [(_, got)] = h.run_batch(pd.DataFrame({"id": ["a"]})).rows
+            old.append(json.loads(got))
+    assert old[0] == [None, [], []] and old[1:] == E.PROBES_OLD
 
 
 # ---- functions, against stateengine.spark -------------------------------------------------

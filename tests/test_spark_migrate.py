@@ -77,7 +77,8 @@ def test_every_kind_of_state_ttl_and_timers_move_to_stateengine(spark, tmp_path)
     def on_stateengine(stream, copy):
         return transform_with_state_in_pandas(
             stream, M.EveryKind(), ["user", "region"], M.SESSIONS_OUT, state,
-            time_mode="ProcessingTime", query_checkpoint=copy, num_partitions=3)
+            time_mode="ProcessingTime", query_checkpoint=copy, num_partitions=3,
+            no_data_batches="none")  # Spark refuses a source more in a checkpoint that ran
 
     spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
     assert any(r[2] == "timer" for rows in run.first.values() for r in rows)
@@ -147,7 +148,7 @@ def test_event_time_timers_and_late_rows_after_moving(spark, tmp_path):
     def on_stateengine(stream, copy):
         return transform_with_state_in_pandas(
             prepare(stream), P.EventTimeSessions(), "key", out, state, time_mode="EventTime",
-            query_checkpoint=copy, num_partitions=2)
+            query_checkpoint=copy, num_partitions=2, no_data_batches="none")
 
     spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
     assert_continues_alike(spark_out, ours, result.version)
@@ -184,7 +185,7 @@ def test_row_flavour_moved_through_a_spark_connect_session(spark, connect, tmp_p
     def on_stateengine(stream, copy):
         return transform_with_state(stream, P.RowsWithInitialState(), "user", ROWS_OUT, state,
                                     time_mode="ProcessingTime", query_checkpoint=copy,
-                                    num_partitions=2)
+                                    num_partitions=2, no_data_batches="none")
 
     spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
     assert result.states == {"total": 4, "seen": 8} and result.retired
@@ -218,7 +219,8 @@ def test_apply_in_pandas_with_state_and_its_timeouts_move_to_stateengine(spark, 
     def on_stateengine(stream, copy):
         return apply_in_pandas_with_state(
             stream, G.count_with_timeout, "user", G.GROUP_OUT, G.GROUP_STATE_SCHEMA, "Update",
-            "ProcessingTimeTimeout", state, query_checkpoint=copy, num_partitions=2)
+            "ProcessingTimeTimeout", state, query_checkpoint=copy, num_partitions=2,
+            no_data_batches="none")
 
     spark_out, ours, result = run.both_ways(on_spark, migrate, on_stateengine)
     assert result.spark_operator == "applyInPandasWithState" and result.timers >= 2

@@ -26,8 +26,8 @@ import pandas as pd
 import pytest
 
 from stateengine import ValueStateDescriptor
-from stateengine.spark import apply_with_state, map_with_state, transform_with_state, \
-    transform_with_state_in_pandas, with_no_data_batches
+from stateengine.spark import apply_in_pandas_with_state, apply_with_state, map_with_state, \
+    transform_with_state, transform_with_state_in_pandas, with_no_data_batches
 from tests import quiet_functions as Q
 from tests.tws_compare import SparkBatch, assert_same, run_spark, sort_rows, write_files
 
@@ -107,6 +107,10 @@ def _heartbeat_step(kind: str, stream, state: str, query_ck: str):
         return apply_with_state(stream, "key", Q.heartbeat, Q.OUT, [TIMEOUT], state,
                                 num_partitions=2, on_timer=Q.heartbeat_timeout,
                                 query_checkpoint=query_ck)
+    if kind == "group_state":
+        return apply_in_pandas_with_state(stream, Q.group_heartbeat, "key", Q.OUT, "at long",
+                                          "Update", "ProcessingTimeTimeout", state,
+                                          num_partitions=2, query_checkpoint=query_ck)
     run = transform_with_state_in_pandas if kind == "pandas" else transform_with_state
     processor = Q.Heartbeat() if kind == "pandas" else Q.RowHeartbeat()
     return run(stream, processor, "key", Q.OUT, state, time_mode="ProcessingTime",
@@ -114,16 +118,16 @@ def _heartbeat_step(kind: str, stream, state: str, query_ck: str):
 
 
 def _check_heartbeats(rows: dict[int, list[tuple]], log: dict[int, dict], keys: set[str],
-                      last: int, last_keys: set[str]) -> None:
+                      last: int, last_keys: set[str], delay: int = Q.HEARTBEAT_MS) -> None:
     """Each key's timeout fired once, in the first batch whose timestamp reached its timer
-    (its latest event's batch timestamp + HEARTBEAT_MS); those of the keys of the last batch
+    (its latest event's batch timestamp + ``delay``); those of the keys of the last batch
     with data (``last``) necessarily in a batch that brought no rows."""
     events = {k: max((r for b in rows for r in rows[b] if r[0] == k and r[1] == "event"),
                      key=lambda r: r[3]) for k in keys}
     timeouts = [(b, r) for b in sorted(rows) for r in rows[b] if r[1] == "timeout"]
     assert sorted(r[0] for _, r in timeouts) == sorted(keys), timeouts
     for b, (key, _, at, batch_ts) in timeouts:
-        assert at == events[key][2] == events[key][3] + Q.HEARTBEAT_MS
+        assert at == events[key][2] == events[key][3] + delay
         assert batch_ts == log[b]["batchTimestampMs"] >= at
         assert all(log[e]["batchTimestampMs"] < at for e in log if e < b), (key, b)
         assert b > last or key not in last_keys, (key, b)
@@ -131,6 +135,7 @@ def _check_heartbeats(rows: dict[int, list[tuple]], log: dict[int, dict], keys: 
 
 @pytest.mark.parametrize("kind", [
     "apply_with_state",
+    "group_state",
     pytest.param("pandas", marks=needs_processors),
 ])
 def test_heartbeat_timeouts_fire_on_quiet_triggers(spark, tmp_path, kind):
@@ -160,8 +165,10 @@ def _heartbeats_on_quiet_triggers(session, tmp_path, kind):
     _run_until(query, done)
     files = _read_source_files(query_ck)
     last_data = min(b for b in files if files[b] == 1)
+    # GroupState times out strictly after its timeout: the first millisecond is one later
+    delay = Q.HEARTBEAT_MS + (kind == "group_state")
     _check_heartbeats(_rows_by_batch(session, sink), _log(query_ck), {"a", "b", "c", "d"},
-                      last_data, {"a", "d"})
+                      last_data, {"a", "d"}, delay)
 
 
 def test_heartbeat_timeouts_fire_after_a_restart_in_the_quiet_period(spark, tmp_path):

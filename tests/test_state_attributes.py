@@ -115,6 +115,8 @@ def _sealed_manifest_with(tmp_path, change) -> bytes:
 @pytest.mark.parametrize("change", [
     lambda s: s.update(ttl=_nested(40)),
     lambda s: s.update(kind="ttl"),
+    lambda s: s.update(kind={"bytes": 7}),  # unhashable (found by the documents_py fuzzer)
+    lambda s: s.update(kind=["value"]),
     lambda s: s.update(value_codec=99),
     lambda s: s.update({"": 1}),
 ])

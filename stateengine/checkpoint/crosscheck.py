@@ -198,6 +198,7 @@ def _decode_entry(backend: Any, meta: dict[str, Any], raw_key: bytes, value: byt
     """Decodes one stored entry the way its meta says (key, namespace, user key, value);
     returns its key group. Pickles stay opaque: nothing is unpickled."""
     from .. import _native
+    from ..evolution import value_codec
     from ..sparktypes import parse_ddl
 
     gate = _native.PickleGate(_native.PICKLE_OPAQUE, f"state '{meta['name']}'")
@@ -208,8 +209,10 @@ def _decode_entry(backend: Any, meta: dict[str, Any], raw_key: bytes, value: byt
     has_uk = meta["kind"] in ("map", "sorted_map")
     kg, _, ns, uk = backend.parse_state_key(raw_key, meta["namespace_codec"], has_uk)
     _native.decode_for_codec(meta["namespace_codec"], ns, gate)
-    rows = {a: _native.row_codec(parse_ddl(meta[a])) if meta.get(a) else None
-            for a in ("value_schema", "user_key_schema")}
+    # the value codec knows the state's schema history: entries may be of older versions
+    rows = {"value_schema": value_codec(meta),
+            "user_key_schema": _native.row_codec(parse_ddl(meta["user_key_schema"]))
+            if meta.get("user_key_schema") else None}
     if has_uk:
         if rows["user_key_schema"] is not None:
             rows["user_key_schema"].decode_bytes(uk)

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import shutil
 import uuid
+from typing import Callable
 
 from .. import _native
 from ..errors import CorruptionError
@@ -93,8 +94,11 @@ def take_full_snapshot(backend: SnapshotSource, storage: CheckpointStorage, rel:
     return backend.track_snapshot(AsyncSnapshot(run, native.cancel, release=native.release))
 
 
-def restore_full(backend: RestoreTarget, handles: list[FullSnapshotHandle]) -> dict:
+def restore_full(backend: RestoreTarget, handles: list[FullSnapshotHandle],
+                 before_entries: Callable[[], None] | None = None) -> dict:
     """Restores the backend's key groups from full snapshots; returns restore statistics.
+    ``before_entries`` runs once every snapshot's meta is read and before any entry is
+    written (restore registers the descriptors there).
 
     The sections of all handles are restored in ascending key-group order, so every column
     family receives its keys sorted: they go into SST files that are ingested at the end
@@ -154,6 +158,8 @@ def restore_full(backend: RestoreTarget, handles: list[FullSnapshotHandle]) -> d
             tiled.append(f"{source} by {handle_name(h)}")
             whole = whole and overlap == h.key_group_range
             read.append(h)
+        if before_entries is not None:
+            before_entries()
         sections.sort(key=lambda s: s[1])
         sst_dir = os.path.join(backend.staging_dir, f"restore-{uuid.uuid4().hex}")
         os.makedirs(sst_dir)

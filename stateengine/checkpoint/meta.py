@@ -69,7 +69,7 @@ def check_state_entry(s: dict[str, Any], what: str) -> None:
         raise ValueError(f"{what} has a state name that is not valid Unicode") from None
     if len(encoded) > 0xFFFF or "\x00" in name:
         raise ValueError(f"{what} has a state name RocksDB cannot hold")
-    if s.get("kind") not in KIND_IDS:
+    if not isinstance(s.get("kind"), str) or s["kind"] not in KIND_IDS:
         raise ValueError(f"{what}: state '{name}' has unknown kind {s.get('kind')!r}")
     for f, allowed in (("value_codec", CODEC_IDS), ("namespace_codec", CODEC_IDS),
                        ("user_key_codec", CODEC_IDS), ("merge", MERGE_KINDS),

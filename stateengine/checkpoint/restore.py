@@ -23,7 +23,9 @@ from typing import Any, Sequence
 from .. import _native
 from ..descriptors import check_no_pickle
 from ..errors import (CheckpointNotFoundError, CorruptionError, IncompatibleStateError,
-                      StateEngineError, StateRegistrationError, StorageError)
+                      SchemaEvolutionError, StateEngineError, StateRegistrationError,
+                      StorageError)
+from ..evolution import check_descriptors
 from ..keygroups import KeyGroupRange
 from ..operator_state import OperatorStateBackend
 from .crosscheck import check_data_layout, check_operator_instance, check_options, naming
@@ -230,10 +232,16 @@ def _prepare(path: str) -> None:
 
 
 def _register(backend: RestoreTarget, descriptors: Sequence[Any]) -> None:
-    """Registers descriptors; a clash with restored state is an IncompatibleStateError."""
+    """Registers descriptors over the restored metas; a clash with restored state is an
+    IncompatibleStateError, and schemas that cannot evolve are one SchemaEvolutionError for
+    all descriptors."""
+    check_descriptors({n: backend.state_meta(n) for n, _ in backend.column_families()},
+                      descriptors, fixed=False)
     for d in descriptors:
         try:
             backend.get_state(d)
+        except SchemaEvolutionError:
+            raise
         except StateRegistrationError as e:
             raise IncompatibleStateError(f"restored state does not fit the descriptors: {e}") from None
 
@@ -266,8 +274,10 @@ def restore_backend(cls: BackendFactory, path: str, handles: Sequence[Any],
     if hs[0].kind == "full":
         backend = cls(path, max_p, target, key_type, allow_pickle=allow_pickle)
         try:
-            _register(backend, descriptors)
-            backend.last_restore_stats = restore_full(backend, hs)  # type: ignore[arg-type]
+            # descriptors register once every restored meta is known, before any entry is
+            # written: a schema evolves from the stored one
+            backend.last_restore_stats = restore_full(  # type: ignore[arg-type]
+                backend, hs, before_entries=lambda: _register(backend, descriptors))
         except BaseException:
             backend.dispose()
             raise

@@ -50,6 +50,8 @@ _VERSION = re.compile(r"^v(\d+)$")
 _TMP = re.compile(r"\.tmp-[0-9a-f]{32}$")
 COMMITTED_MARKER = "_COMMITTED.json"
 OPERATOR_PROPERTIES = "_operator.json"
+# Where a StatefulProcessor's initial state is staged for its first batch (spark/processor.py)
+INITIAL_STATE_DIR = "initial-state"
 _LEGACY_PROPERTIES = docs.LegacyShape(frozenset({"max_parallelism", "key_codecs"}),
                                       format_marker=1)
 _LEGACY_MARKER = docs.LegacyShape(frozenset({"num_partitions"}))
@@ -256,7 +258,8 @@ class VersionCatalog:
             if m and str(int(m.group(1))) == m.group(1) and int(m.group(1)) > 0 and \
                     info.type.name == "Directory":  # a commit publishes version 1 and up
                 versions.append(int(m.group(1)))
-            elif not (name in ("shared", OPERATOR_PROPERTIES) or _TMP.search(name)):
+            elif not (name in ("shared", OPERATOR_PROPERTIES, INITIAL_STATE_DIR) or
+                      _TMP.search(name)):
                 raise CorruptionError(
                     f"{self.storage.describe(self.operator_id + '/' + name)} is no part of an "
                     f"operator's layout (a damaged version directory?); {self.describe()} is "

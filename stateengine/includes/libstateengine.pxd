@@ -173,7 +173,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus RawGet(int, const CSlice&, CPinnableSlice*)
         CStatus RawPut(int, const CSlice&, const CSlice&)
         CStatus RawMerge(int, const CSlice&, const CSlice&)
-        CStatus ConfigureTtl(int, int64_t, cbool, cbool, const string&)
+        CStatus ConfigureTtl(int, int64_t, cbool, cbool, const string&, const string&)
         void SetTtlTime(int64_t)
         int64_t ttl_time()
         CStatus Write(CWriteBatch*)
@@ -416,6 +416,16 @@ cdef extern from "row_codec.h" namespace "stateengine" nogil:
 
     size_t CBitmapBytes "stateengine::BitmapBytes"(uint64_t)
 
+cdef extern from "row_evolution.h" namespace "stateengine" nogil:
+    cdef cppclass CRowVersions "stateengine::RowVersions":
+        cbool Build(const char*, size_t)
+        const string& write_prefix()
+        size_t size()
+        cbool Classify(const char*, size_t, uint32_t*, size_t*)
+        cbool direct(uint32_t)
+        cbool Length(const char*, size_t, size_t*)
+        cbool Read(const char*, size_t, cbool, string*, size_t*, cbool*, size_t*)
+
 
 cdef extern from "arrow_c.h" nogil:
     cdef struct ArrowSchema:
@@ -450,10 +460,11 @@ cdef extern from "arrow_rows.h" namespace "stateengine" nogil:
         vector[int64_t] path
 
     cbool CEncodeArrowRows "stateengine::EncodeArrowRows"(
-        const CRowSchema&, const ArrowSchema*, const ArrowArray*, int, string*, vector[int64_t]*,
-        vector[uint8_t]*, CRowError*)
+        const CRowSchema&, const ArrowSchema*, const ArrowArray*, int, const string&, string*,
+        vector[int64_t]*, vector[uint8_t]*, CRowError*)
     cbool CDecodeBatchToArrow "stateengine::DecodeBatchToArrow"(
-        const CRowSchema&, const CKeyBatch&, const CBatchValues&, int, const string*, ArrowArray*,
-        uint8_t*, CRowError*)
+        const CRowSchema&, const CRowVersions*, const CKeyBatch&, const CBatchValues&, int,
+        const string*, ArrowArray*, uint8_t*, CRowError*)
     cbool CDecodeSlicesToArrow "stateengine::DecodeSlicesToArrow"(
-        const CRowSchema&, const vector[CSlice]&, int, ArrowArray*, CRowError*)
+        const CRowSchema&, const CRowVersions*, const vector[CSlice]&, int, ArrowArray*,
+        CRowError*)

@@ -45,6 +45,7 @@ from .context import BatchContext, GroupContext
 from .metrics import internal_schema, metrics_frame, observe_state, tagged
 from .no_data_batches import attach, auto_for_apply
 from .frames import RowSlices
+from .evolution_check import check_evolution
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
@@ -141,6 +142,8 @@ def config_from_facts(df: DataFrame, key: str | Sequence[str],
         checkpoint=CheckpointStorage(checkpoint).uri, operator_id=operator_id, num_partitions=n,
         max_parallelism=max_parallelism, key_cols=cols, key_codecs=key_codecs_for(df, cols),
         descriptors=list(states), output_cols=out.names, **facts, **extra)
+    # a schema that cannot evolve from the checkpoint's fails here, not in every task
+    check_evolution(cfg.checkpoint, operator_id, max_parallelism, states, cfg.key_codecs)
     check_workers(df.sparkSession)
     return cfg
 

@@ -41,6 +41,7 @@ from ..errors import OutputSchemaError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _Output, _schema, run_stateful, task_config
 from .processor import EVENT_COL, WATERMARK_STATE, _event_time_column, _with_event_time
+from .no_data_batches import attach, auto_for_group_state, check_kind
 from .processor_values import RowCodec
 from .routing import key_columns
 from .runtime import TaskState
@@ -90,7 +91,7 @@ def apply_in_pandas_with_state(
         num_partitions: int | None = None,
         max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
         min_versions_to_retain: int = 10, local_dir: str | None = None,
-        memory_budget_mb: int | None = None) -> DataFrame:
+        memory_budget_mb: int | None = None, no_data_batches: str = "auto") -> DataFrame:
     """Runs ``func`` written for Spark's ``applyInPandasWithState`` (same arguments: the
     grouping columns, output and state schemas, ``output_mode`` Append or Update,
     ``timeout_conf`` NoTimeout, ProcessingTimeTimeout or EventTimeTimeout) on stateengine
@@ -101,8 +102,14 @@ def apply_in_pandas_with_state(
     ``batch_id``, ``processing_time`` (default: the driver's clock now) and, with
     ``EventTimeTimeout``, ``watermark``. ``event_time_column`` (default: the column
     ``withWatermark`` marked) is what late rows are told by under ``EventTimeTimeout``. The
-    other arguments are ``apply_with_state``'s."""
+    other arguments are ``apply_with_state``'s.
+
+    ``no_data_batches`` (streaming only): ``"auto"`` makes Spark run the micro-batches without
+    data its own operator gets, so timeouts fire while the input is quiet (every trigger with
+    ProcessingTimeTimeout, after the watermark moved with EventTimeTimeout); or
+    ``"processing_time"``, ``"event_time"``, ``"none"`` (see ``with_no_data_batches``)."""
     timeout = timeout_name(timeout_conf)
+    check_kind(no_data_batches)
     if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be Append or Update (as applyInPandasWithState), "
                          f"got {output_mode!r}")
@@ -147,7 +154,8 @@ def apply_in_pandas_with_state(
         except OutputSchemaError as e:
             raise task.site.output_error(func, e, key) from None
 
-    return run_stateful(source, cfg, out, body, grouped=True)
+    return attach(run_stateful(source, cfg, out, body, grouped=True), df, no_data_batches,
+                  auto_for_group_state(timeout, watermarked))
 
 
 class _GroupStateRun:

@@ -135,3 +135,14 @@ def sql_type(t: T.DataType) -> str:
     if isinstance(t, T.MapType):
         return f"MAP<{sql_type(t.keyType)}, {sql_type(t.valueType)}>"
     return t.simpleString()
+
+
+def auto_for_group_state(timeout: str, watermarked: bool) -> str:
+    """``applyInPandasWithState``'s operator asks for a batch at every trigger with
+    ProcessingTimeTimeout and after the watermark moved with EventTimeTimeout (when the input
+    has one); NoTimeout asks for nothing that could fire."""
+    if timeout == "ProcessingTimeTimeout":
+        return "processing_time"
+    if timeout == "EventTimeTimeout" and watermarked:
+        return "event_time"
+    return "none"

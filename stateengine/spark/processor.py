@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
-from ..checkpoint.versions import VersionCatalog
+from ..checkpoint.versions import INITIAL_STATE_DIR, VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
@@ -100,7 +100,7 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
 
     from ..sparktypes import spark_struct
     from .processor_handle import CREATED, TIMER_PROCESSED, StateDecl, check_declaring, \
-        check_name, check_timer_call, check_ttl, no_key_error
+        check_name, check_timer_call, check_ttl, evolution_items, no_key_error
 
     plan = _Plan(time_mode)
 
@@ -139,12 +139,14 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             self.phase = CREATED  # TIMER_PROCESSED while close() runs
 
         def _record(self, name: Any, kind: str, schema: Any, key_schema: Any,
-                    ttl: Any) -> Any:
+                    ttl: Any, renamed_from: Any = None, field_defaults: Any = None) -> Any:
             check_declaring(f"get_{kind}_state", self.phase)
             name = check_name(name)
             decl = StateDecl(name, kind, parse(name, schema),
                              None if key_schema is None else parse(name, key_schema),
-                             check_ttl(name, ttl, time_mode))
+                             check_ttl(name, ttl, time_mode),
+                             *evolution_items(renamed_from, field_defaults))
+            decl.descriptor()  # a renamed_from / field_defaults that does not fit fails here
             old = plan.decls.get(name)
             if old is not None and old != decl:
                 raise ProcessorUsageError(f"init() declares state '{name}' twice, as {old} "
@@ -152,15 +154,18 @@ def _plan(processor: Any, spark: Any, time_mode: str, operator_id: str | None = 
             plan.decls[name] = decl
             return _Unbound(name)
 
-        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: Any = None) -> Any:
-            return self._record(stateName, "value", schema, None, ttlDurationMs)
+        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: Any = None,
+                          **evolve: Any) -> Any:
+            return self._record(stateName, "value", schema, None, ttlDurationMs, **evolve)
 
-        def getListState(self, stateName: str, schema: Any, ttlDurationMs: Any = None) -> Any:
-            return self._record(stateName, "list", schema, None, ttlDurationMs)
+        def getListState(self, stateName: str, schema: Any, ttlDurationMs: Any = None,
+                         **evolve: Any) -> Any:
+            return self._record(stateName, "list", schema, None, ttlDurationMs, **evolve)
 
         def getMapState(self, stateName: str, userKeySchema: Any, valueSchema: Any,
-                        ttlDurationMs: Any = None) -> Any:
-            return self._record(stateName, "map", valueSchema, userKeySchema, ttlDurationMs)
+                        ttlDurationMs: Any = None, **evolve: Any) -> Any:
+            return self._record(stateName, "map", valueSchema, userKeySchema, ttlDurationMs,
+                                **evolve)
 
         registerTimer = timer_call("register_timer")
         deleteTimer = timer_call("delete_timer")
@@ -424,7 +429,7 @@ def _stage_initial_state(initial: DataFrame, grouping: Any, cfg: Any,
 
 def initial_state_dir(operator_id: str, num_partitions: int) -> str:
     """Where an operator's initial state is staged (relative to its checkpoint)."""
-    return f"{operator_id}/initial-state/n{num_partitions}"
+    return f"{operator_id}/{INITIAL_STATE_DIR}/n{num_partitions}"
 
 
 def write_initial_partition(uri: str, rel: str, partition_id: int, table: Any) -> int:

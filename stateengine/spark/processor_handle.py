@@ -15,7 +15,7 @@ others. State names starting with ``$`` are reserved for these.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from pyspark.sql.streaming import stateful_processor as sp
 from pyspark.sql import types as T
@@ -103,18 +103,32 @@ class StateDecl:
     schema: T.StructType
     user_key_schema: T.StructType | None = None
     ttl_ms: int | None = None
+    # schema evolution (stateengine-only keywords of getValueState & co.), as item tuples
+    renamed_from: tuple = ()
+    field_defaults: tuple = ()
 
     def descriptor(self) -> StateDescriptor:
         """The stateengine descriptor: a typed state of the same schema (so ``read_state``
-        shows its fields and a changed schema is refused, as Spark refuses it)."""
+        shows its fields; a changed schema evolves where stateengine allows it)."""
         ttl = _ttl_config(self.ttl_ms) if self.ttl_ms is not None else None
-        extra = {"ttl": ttl} if ttl is not None else {}
+        extra: dict[str, Any] = {"ttl": ttl} if ttl is not None else {}
+        if self.renamed_from:
+            extra["renamed_from"] = dict(self.renamed_from)
+        if self.field_defaults:
+            extra["field_defaults"] = dict(self.field_defaults)
         if self.kind == "value":
             return ValueStateDescriptor(self.name, value_type=self.schema, **extra)
         if self.kind == "list":
             return ListStateDescriptor(self.name, value_type=self.schema, **extra)
         return MapStateDescriptor(self.name, user_key_type=self.user_key_schema,
                                   value_type=self.schema, **extra)
+
+
+def evolution_items(renamed_from: Mapping[str, str] | None,
+                    field_defaults: Mapping[str, Any] | None) -> tuple[tuple, tuple]:
+    """A state declaration's renamed_from / field_defaults as StateDecl keeps them."""
+    return (tuple(sorted(dict(renamed_from or {}).items())),
+            tuple(sorted(dict(field_defaults or {}).items(), key=lambda kv: kv[0])))
 
 
 def _ttl_config(ttl_ms: int) -> Any:
@@ -283,31 +297,43 @@ class ProcessorHandle(sp.StatefulProcessorHandle):
     def __init__(self, runtime: ProcessorRuntime) -> None:  # no state server client
         self._rt = runtime
 
+    # renamed_from / field_defaults (stateengine only, keywords after Spark's arguments):
+    # how the value schema evolves from the one the checkpoint holds (StateDescriptor).
+
     def getValueState(self, stateName: str, schema: T.StructType | str,
-                      ttlDurationMs: int | None = None) -> sp.ValueState:
+                      ttlDurationMs: int | None = None, *,
+                      renamed_from: Mapping[str, str] | None = None,
+                      field_defaults: Mapping[str, Any] | None = None) -> sp.ValueState:
         rt = self._rt
         name = check_name(stateName)
         s = rt.schema(name, schema)
-        decl = StateDecl(name, "value", s, None, check_ttl(name, ttlDurationMs, rt.time_mode))
+        decl = StateDecl(name, "value", s, None, check_ttl(name, ttlDurationMs, rt.time_mode),
+                         *evolution_items(renamed_from, field_defaults))
         return rt.handed_out(name, ValueState(rt, rt.declare(decl, "get_value_state"),
                                               RowCodec(s, name)))
 
     def getListState(self, stateName: str, schema: T.StructType | str,
-                     ttlDurationMs: int | None = None) -> sp.ListState:
+                     ttlDurationMs: int | None = None, *,
+                     renamed_from: Mapping[str, str] | None = None,
+                     field_defaults: Mapping[str, Any] | None = None) -> sp.ListState:
         rt = self._rt
         name = check_name(stateName)
         s = rt.schema(name, schema)
-        decl = StateDecl(name, "list", s, None, check_ttl(name, ttlDurationMs, rt.time_mode))
+        decl = StateDecl(name, "list", s, None, check_ttl(name, ttlDurationMs, rt.time_mode),
+                         *evolution_items(renamed_from, field_defaults))
         return rt.handed_out(name, ListState(rt, rt.declare(decl, "get_list_state"),
                                              RowCodec(s, name)))
 
     def getMapState(self, stateName: str, userKeySchema: T.StructType | str,
                     valueSchema: T.StructType | str,
-                    ttlDurationMs: int | None = None) -> sp.MapState:
+                    ttlDurationMs: int | None = None, *,
+                    renamed_from: Mapping[str, str] | None = None,
+                    field_defaults: Mapping[str, Any] | None = None) -> sp.MapState:
         rt = self._rt
         name = check_name(stateName)
         ks, vs = rt.schema(name, userKeySchema), rt.schema(name, valueSchema)
-        decl = StateDecl(name, "map", vs, ks, check_ttl(name, ttlDurationMs, rt.time_mode))
+        decl = StateDecl(name, "map", vs, ks, check_ttl(name, ttlDurationMs, rt.time_mode),
+                         *evolution_items(renamed_from, field_defaults))
         return rt.handed_out(name, MapState(rt, rt.declare(decl, "get_map_state"),
                                             RowCodec(ks, name), RowCodec(vs, name)))
 

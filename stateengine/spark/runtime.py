@@ -109,8 +109,12 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
     # TTL settings are configuration fixed per backend: a job that changes them gets a backend
     # restored afresh rather than one configured for the old ones.
     ttls = tuple((d.name, d.ttl) for d in cfg.descriptors if getattr(d, "ttl", None) is not None)
+    # Likewise schemas: a backend keeps the schema its states registered with, and a job
+    # whose schemas evolved gets one restored afresh, where they evolve.
+    schemas = tuple((d.name, d.meta().get("value_schema"), d.meta().get("user_key_schema"),
+                     repr(d.evolution)) for d in cfg.descriptors)
     ident = (cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions,
-             cfg.max_parallelism, cfg.allow_pickle, ttls, tuple(cfg.key_cols))
+             cfg.max_parallelism, cfg.allow_pickle, ttls, tuple(cfg.key_cols), schemas)
     with _cache_lock:
         provider = _cache.get(ident)
         if provider is not None:

@@ -39,7 +39,7 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 
-from .. import _native, sparktypes
+from .. import _native, evolution, sparktypes
 from ..backend import KeyedStateBackend
 from ..catalog import SPARK_TYPES as _SPARK_TYPES
 from ..catalog import default_key_names
@@ -47,10 +47,11 @@ from ..checkpoint.handles import handle_from_dict
 from ..checkpoint.storage import CheckpointStorage
 from ..checkpoint.versions import VersionCatalog
 from ..descriptors import StateDescriptor, StateKind, check_no_pickle
-from ..errors import MixedTypesError, UnknownStateError
+from ..errors import IncompatibleStateError, MixedTypesError, UnknownStateError
 from ..keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from ..serializers import Codec, to_json
 from . import infer
+from .evolution_check import check_evolution
 from .routing import PID_COL, check_no_null_keys, check_partition, default_num_partitions, \
     key_codecs_for, key_columns, partition_rows, route
 from .runtime import TaskConfig, guarded, ttl_clock
@@ -107,6 +108,22 @@ def _plan(meta: dict, column: str, override: Any, param: str) -> _Column:
     return _Column(column, codec, "infer", param=param)
 
 
+def _agreed_meta(handles: list[dict], meta: dict, version: int) -> dict:
+    """The state's meta as every handle of the version has it; of schema histories, the
+    longest (a handle's entries may carry the markers of its later versions)."""
+    for h in handles[1:]:
+        other = next((m for m in h["states"] if m["name"] == meta["name"]), None)
+        if other is None or other == meta:
+            continue
+        merged = evolution.merge_histories(meta, other)
+        if merged is None:
+            raise IncompatibleStateError(
+                f"the handles of version {version} disagree on state '{meta['name']}': "
+                f"{meta} and {other}")
+        meta = merged
+    return meta
+
+
 def _version_handles(storage: CheckpointStorage, operator_id: str,
                      version: int | None, max_parallelism: int) -> tuple[int, list[dict]]:
     catalog = VersionCatalog(storage, operator_id)
@@ -124,8 +141,7 @@ def _entries(handle_json: str, meta: dict, allow_pickle: bool,
     ``with_stamps`` appends to each tuple (an int, or a list of ints for a list state)."""
     name = meta["name"]
     ttl = bool(meta.get("ttl"))
-    row = (_native.row_codec(sparktypes.parse_ddl(meta["value_schema"]))
-           if ttl and meta.get("value_schema") else None)
+    row = evolution.value_codec(meta) if ttl else None  # measures typed list elements
     has_uk = meta["kind"] in (StateKind.MAP.value, StateKind.SORTED_MAP.value)
     handle = handle_from_dict(json.loads(handle_json))
     if all(m["name"] != name for m in handle.states):
@@ -161,7 +177,10 @@ class _Decoder:
         self.list_values = col.name == "value" and self.kind == StateKind.LIST.value
         self.gate = _native.PickleGate(_native.PICKLE_ALLOW if allow_pickle else
                                        _native.PICKLE_REFUSE, f"state '{meta['name']}'")
-        self.row = (_native.row_codec(col.element_type())
+        # a typed value's codec knows the state's schema history: entries of older versions
+        # are upgraded to the current schema as they are decoded
+        self.row = (evolution.value_codec(meta) if col.mode == "typed" and col.name == "value"
+                    else _native.row_codec(col.element_type())
                     if col.mode in ("typed", "convert") else None)
 
     def python(self, raw: bytes) -> Any:
@@ -376,6 +395,8 @@ def read_state(spark: SparkSession, checkpoint: str, state_name: str | None = No
         for m in h["states"]:
             metas.setdefault(m["name"], m)
     meta = metas.get(state_name)
+    if meta is not None:
+        meta = _agreed_meta(handles, meta, v)
     if meta is None:
         known = ", ".join(sorted(n for n in metas if not n.startswith("__"))) or "none"
         raise UnknownStateError(f"version {v} of operator '{operator_id}' has no state "
@@ -524,6 +545,9 @@ def bootstrap_state(df: DataFrame, key: str | Sequence[str], descriptor: StateDe
                      key_codecs=key_codecs_for(df, cols), descriptors=[descriptor],
                      batch_id=version, output_cols=["partition", "rows"],
                      allow_pickle=allow_pickle, ttl_time_ms=clock)
+    if version:
+        check_evolution(cfg.checkpoint, operator_id, max_parallelism, [descriptor],
+                        cfg.key_codecs, version)
     needed = list(dict.fromkeys([*cols, *extra]))  # a column may serve twice (key and user key)
     routed = route(df.select(*needed), cols, n, max_parallelism)
     check_workers(df.sparkSession)

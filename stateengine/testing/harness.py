@@ -6,7 +6,9 @@ SparkSession and no JVM, through the task code that Spark's tasks run
 ``batch_id + 1``). One batch routes the rows to ``num_partitions`` partitions by key group (as
 ``route`` does in Spark), then runs one task per partition, empty ones included, one after
 another. State lives in a checkpoint directory of its own (a temporary one by default), so a
-changed partition count restores it by key group exactly as a rescaled Spark job does.
+changed partition count restores it by key group exactly as a rescaled Spark job does, and a
+new harness given the ``directory`` of a closed one resumes from its newest version (a query
+restarted with changed code: state schemas evolve there as in Spark).
 
 Changes to state and timers asked for between batches (``update_*``, ``seed``) wait until
 the next batch: each task applies those of its keys after loading its state and before the
@@ -27,7 +29,8 @@ import pandas as pd
 from pyspark.sql import types as T
 
 from ..checkpoint.storage import CheckpointStorage
-from ..keygroups import check_max_parallelism
+from ..checkpoint.versions import VersionCatalog
+from ..keygroups import KeyGroupRange, check_max_parallelism
 from ..spark.routing import key_codecs_for, key_columns
 from ..spark.runtime import TaskConfig, TaskState, drop_cached, guarded
 from . import convert, routing
@@ -94,7 +97,11 @@ class Harness:
                                                        dir=_memory_dir())
         self.checkpoint = CheckpointStorage(os.path.join(self.directory, "checkpoint")).uri
         self.local_dir = os.path.join(self.directory, "local")
-        self.batch_id = 0  # the next batch's id (= the version its tasks load)
+        # the next batch's id (= the version its tasks load): a directory that a closed
+        # harness left holds committed state, which the next batch resumes from, as a query
+        # restarted with changed code (another schema: evolution) resumes from its checkpoint
+        self.batch_id = VersionCatalog(CheckpointStorage(self.checkpoint), operator_id) \
+            .latest_version(KeyGroupRange(0, self.max_parallelism - 1))
         self.last: BatchOutput | None = None
         self._pending: list[tuple[tuple, Callable[[TaskState, Any], None]]] = []
         self._closed = False

@@ -147,6 +147,54 @@ def main() -> None:
         seeds.append(b"\x01" + struct.pack(">H", len(prog)) + prog + make_codec(t).encode_bytes(value))
     _write("row_codec", seeds)
 
+    # row_evolution: u16 spec length | spec | u8 whole | a stored value of some version (its
+    # marker, then its encoding under that version's schema; the current one as written now)
+    from stateengine import evolution
+
+    seeds = []
+    for steps, values in (
+            ([("a int, b string", {}, {}), ("b string, a bigint, c double", {}, {})],
+             [(0, (1, "x")), (1, ("y", 2, 0.5))]),
+            ([("l array<struct<x: int>>", {}, {}),
+              ("l array<struct<x: double, y: int NOT NULL>>", {}, {"l.element.y": 7})],
+             [(0, ([(1,), None],)), (1, ([(1.5, 2)],))]),
+            ([("m map<string,struct<n: smallint>>, k int", {}, {}),
+              ("mm map<string,struct<n: bigint>>", {"mm": "m"}, {})],
+             [(0, ({"a": (3,)}, 4)), (1, ({"b": (5,)},))]),
+            # three versions: a default added at step 1 is widened by step 2; 8 nullable
+            # fields (an escape of 0xFF 0xFE)
+            ([("a tinyint, b int, c int, d int, e int, f int, g int, h int", {}, {}),
+              ("a smallint, b int, c int, d int, e int, f int, g int, h int, "
+               "i int NOT NULL", {}, {"i": 3}),
+              ("a bigint, c int, d int, e int, f int, g int, h int, i bigint NOT NULL, "
+               "j decimal(9,2)", {}, {})],
+             [(0, (None,) * 8), (0, (1, 2, 3, 4, 5, 6, 7, 8)),
+              (1, (1, 2, None, None, None, None, None, None, 9)),
+              (2, (1, 2, 3, 4, 5, 6, 7, 8, decimal.Decimal("1.25")))]),
+            # non-struct roots: an array (escape 0x80 0x00), a decimal (escape 0xFF)
+            ([("array<int>", {}, {}), ("array<bigint>", {}, {}), ("array<double>", {}, {})],
+             [(0, [1, None, 3]), (1, [4]), (2, [0.5, None])]),
+            ([("decimal(5,2)", {}, {}), ("decimal(12,2)", {}, {})],
+             [(0, decimal.Decimal("123.45")), (1, decimal.Decimal("-1234567890.12"))])):
+        history = evolution.History([evolution.Version(parse_ddl(steps[0][0]))])
+        for ddl, renames, defaults in steps[1:]:
+            t = parse_ddl(ddl)
+            history = evolution.History(history.versions + [evolution.Version(
+                t, evolution.declarations(t, renames, defaults, "seed"))])
+        spec = history.spec()
+        codec = evolution.value_codec({"name": "s", "value_schema": history.current.canonical(),
+                                       evolution.HISTORY: history.attribute()})
+        for version, value in values:
+            if version == len(history.versions) - 1:
+                raw = codec.encode_bytes(value)
+            else:
+                marker = b"" if version == 0 else history.escape() + bytes([version])
+                raw = marker + make_codec(history.versions[version].schema).encode_bytes(value)
+            head = struct.pack(">H", len(spec)) + spec
+            seeds.append(head + b"\x01" + raw)
+            seeds.append(head + b"\x00" + raw + b",")  # a list element, then its delimiter
+    _write("row_evolution", seeds)
+
     # Python harnesses
     _write("any_codec_py", [bytes([1]) + _native.encode_for_codec(1, v) for v in _any_values()])
     _write("keys_py", [bytes([0 if len(c) == 1 and c[0] == 2 else 1, ns]) + raw

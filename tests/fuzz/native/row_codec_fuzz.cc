@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arrow_rows.h"
+#include "arrow_type.h"
 #include "fuzz_input.h"
 #include "row_codec.h"
 
@@ -51,65 +52,6 @@ void Program(fuzz::Input* in, int depth, bool root, std::string* out) {
   for (uint32_t c = 0; c < children; ++c) Program(in, depth + 1, false, out);
 }
 
-// The Arrow type of a node, as pyarrow would describe it.
-struct Type {
-  std::string format;
-  std::vector<std::unique_ptr<Type>> kids;
-  std::vector<ArrowSchema*> kid_ptrs;
-  ArrowSchema schema{};
-};
-
-std::unique_ptr<Type> ArrowType(const RowSchema& s, uint32_t index) {
-  auto t = std::make_unique<Type>();
-  const RowNode& n = s.node(index);
-  switch (n.type) {
-    case kRowBigint: t->format = "l"; break;
-    case kRowInt: t->format = "i"; break;
-    case kRowSmallint: t->format = "s"; break;
-    case kRowTinyint: t->format = "c"; break;
-    case kRowDouble: t->format = "g"; break;
-    case kRowFloat: t->format = "f"; break;
-    case kRowString: t->format = "u"; break;
-    case kRowBinary: t->format = "z"; break;
-    case kRowBoolean: t->format = "b"; break;
-    case kRowDate: t->format = "tdD"; break;
-    case kRowTimestamp: t->format = "tsu:UTC"; break;
-    case kRowTimestampNtz: t->format = "tsu:"; break;
-    case kRowDecimal:
-      t->format = "d:" + std::to_string(n.precision) + "," + std::to_string(n.scale);
-      break;
-    case kRowArray:
-      t->format = "+l";
-      t->kids.push_back(ArrowType(s, s.child(n, 0)));
-      break;
-    case kRowMap: {
-      t->format = "+m";
-      auto entries = std::make_unique<Type>();
-      entries->format = "+s";
-      entries->kids.push_back(ArrowType(s, s.child(n, 0)));
-      entries->kids.push_back(ArrowType(s, s.child(n, 1)));
-      t->kids.push_back(std::move(entries));
-      break;
-    }
-    case kRowStruct:
-      t->format = "+s";
-      for (uint32_t i = 0; i < n.num_children; ++i) t->kids.push_back(ArrowType(s, s.child(n, i)));
-      break;
-  }
-  return t;
-}
-
-void Link(Type* t) {
-  for (auto& k : t->kids) {
-    Link(k.get());
-    t->kid_ptrs.push_back(&k->schema);
-  }
-  t->schema.format = t->format.c_str();
-  t->schema.name = "";
-  t->schema.n_children = static_cast<int64_t>(t->kids.size());
-  t->schema.children = t->kid_ptrs.empty() ? nullptr : t->kid_ptrs.data();
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -138,32 +80,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<rocksdb::Slice> slices{rocksdb::Slice(one)};
   ArrowArray out{};
   RowError err;
-  const bool decoded = DecodeSlicesToArrow(schema, slices, kStoredValue, &out, &err);
+  const bool decoded = DecodeSlicesToArrow(schema, nullptr, slices, kStoredValue, &out, &err);
   FUZZ_CHECK(decoded == valid);
   const std::string flagged = std::string(1, '\0') + one;
   std::vector<rocksdb::Slice> map_values{rocksdb::Slice(flagged), rocksdb::Slice("\x01", 1)};
   ArrowArray map_out{};
   RowError map_err;
-  FUZZ_CHECK(DecodeSlicesToArrow(schema, map_values, kStoredMapValue, &map_out, &map_err) == valid);
+  FUZZ_CHECK(DecodeSlicesToArrow(schema, nullptr, map_values, kStoredMapValue, &map_out, &map_err) == valid);
   if (valid) map_out.release(&map_out);
   // list layout: elements joined by ','; whatever it accepts is released cleanly
   ArrowArray list_out{};
   RowError list_err;
-  if (DecodeSlicesToArrow(schema, {rocksdb::Slice(value)}, kStoredList, &list_out, &list_err)) {
+  if (DecodeSlicesToArrow(schema, nullptr, {rocksdb::Slice(value)}, kStoredList, &list_out, &list_err)) {
     list_out.release(&list_out);
   }
   if (!decoded) return 0;
 
   // canonical: encoding what was decoded gives back the same bytes
-  std::unique_ptr<Type> type = ArrowType(schema, 0);
-  Link(type.get());
+  std::unique_ptr<fuzz::Type> type = fuzz::ArrowType(schema, 0);
+  fuzz::Link(type.get());
   std::string encoded;
   std::vector<int64_t> offsets;
   std::vector<uint8_t> nulls;
   RowError enc_err;
   const bool encoded_ok =
-      EncodeArrowRows(schema, &type->schema, &out, kNullRowsRefuse, &encoded, &offsets, &nulls,
-                      &enc_err);
+      EncodeArrowRows(schema, &type->schema, &out, kNullRowsRefuse, std::string(), &encoded,
+                      &offsets, &nulls, &enc_err);
   out.release(&out);
   FUZZ_CHECK(encoded_ok);
   FUZZ_CHECK(encoded == one);
