@@ -86,7 +86,7 @@ def scale_line(doc: dict[str, Any]) -> dict[str, Any]:
                          for v, e in size["variants"].items()}})
     restore = {name: {mode: [r["best_sum_s"], r["best_max_s"]] for mode, r in by.items()}
                for name, by in (doc.get("restore") or {}).items()
-               if name not in ("commit_3", "modes")}
+               if name in ("2to2", "2to3", "3to2")}
     load = [round((doc.get(k) or [0])[0], 2) for k in ("load_at_start", "load_at_end")]
     return {"bench": "scale", "date": doc.get("date"), "commit": doc.get("commit"),
             "command": doc.get("command"), "rocksdb": doc.get("rocksdb"), "load": load,

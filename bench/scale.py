@@ -457,7 +457,10 @@ def restore_rescale(checkpoint: str, version: int, scratch: str, rounds: int,
                       f"{res['partitions_s']}, load {load()}", flush=True)
     untrusted.set_rocksdb_file_checks(True)
     untrusted.configure_check_memo(None)
-    summary: dict[str, Any] = {"commit_3": out.pop("commit_3"), "modes": MODES}
+    summary: dict[str, Any] = {"commit_3": out.pop("commit_3"), "modes": MODES,
+                               "checkpoint_bytes": sum(
+                                   os.path.getsize(os.path.join(d, f))
+                                   for d, _, fs in os.walk(checkpoint) for f in fs)}
     for name, by in out.items():
         summary[name] = {mode: {"best_sum_s": min(x["sum_s"] for x in rs),
                                 "best_max_s": min(x["max_s"] for x in rs),

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     p.add_argument("--rocksdb", choices=("debian", "release"), default=None)
     args = p.parse_args(argv)
-    build = builds.use(args.rocksdb, False, __file__)  # may restart this script
+    linked = builds.use(args.rocksdb, False, __file__)  # may restart this script
 
     from stateengine import KeyedStateBackend, _native
     from stateengine.checkpoint import untrusted
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "keys": args.keys, "rounds": args.rounds, "entries_read_by_check": read["entries"],
             "checkpoint_bytes": handle.stats["bytes_total"], "native": _native.__file__,
-            "rocksdb": builds.describe(build)["rocksdb"],
+            "rocksdb": builds.describe(linked)["rocksdb"],
             "median_restore_s": {"check on": round(med["on"], 4), "check off": round(med["off"], 4)},
             "median_check_alone_s": round(med["check alone"], 4),
             "median_child_steps_s": {k: round(med[f"child {k}"], 4)
