@@ -66,8 +66,9 @@ sys.stdout.flush()
 os._exit(rc)
 """
 
-#: Address space of the child: far above what reading a checkpoint needs (an 8 MiB block
-#: cache, index and filter blocks through it), so only runaway allocations hit it.
+#: Address space of the child: far above what reading a checkpoint needs (a 32 MiB block
+#: cache, and each table's index and filter blocks, about 1.5 bytes per key: 150 MB at 100M
+#: keys), so only runaway allocations hit it.
 MEMORY_LIMIT = 4 << 30
 #: A child that reads slower than this many bytes per second (after a minute's grace) is
 #: taken to be stuck in damaged data.
