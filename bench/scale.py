@@ -5,8 +5,10 @@ The job is bench/cases_spark.py's: events (user bigint, amount double) in ``--ba
 batches; per user a running count and sum, emitting (user, count, total) for every user a
 batch touched, written to Parquet per batch; 2 partitions on ``local[2]``, bound to 127.0.0.1.
 
-Variants (``--variants``), alternated round by round (ABAB: drifting load on the shared
-machine hits each alike); each round starts from empty state:
+Variants (``--variants``), alternated round by round (ABBA: drifting load on the shared
+machine hits each alike; before the rounds of a size, the first variant runs its first batch
+once, unrecorded, so the JVM's first job at that size lands on no clock); each round starts
+from empty state:
 
 * ``nostate`` (the floor): the same routing (``stateengine.spark.route``: key group and
   partition columns, the shuffle by key group, a task per partition even when empty), the same
@@ -16,8 +18,8 @@ machine hits each alike); each round starts from empty state:
   the same output written the same way, but counts and sums are those of the batch alone and
   no stateengine task code runs. So the difference to ``typed`` is the state: opening or
   restoring the partition's backend, ``get_many`` and ``put_many`` of the struct, and the
-  commit of each version. (Spark's own stateful operators are not the floor: they are 60x
-  slower, bench/cases_spark.py.)
+  commit of each version. (Spark's own stateful operators are not the floor: they are tens of
+  times slower, bench/cases_spark.py.)
 * ``typed``: ``map_with_state`` with one ``ValueState`` of ``count long, total double``:
   ``get_many`` of the batch's distinct users (a pyarrow StructArray), numpy arithmetic,
   ``put_many`` of the new structs.
@@ -30,18 +32,22 @@ machine hits each alike); each round starts from empty state:
 
 Each run is timed from the first batch read to the last batch written (as cases_spark.py
 times it); the report gives each variant's best round, each round's ratio to the floor of
-the same round, the batches' own times, and checks every variant's output against pandas
-(running totals for the stateful ones, per-batch figures for the others).
+the same round, the batches' own times, the CPU seconds of the JVM and of the Python workers,
+each task's load/update/commit times (from the metrics its commit sealed), and checks every
+variant's output against pandas (running totals for the stateful ones, per-batch figures for
+the others).
 
 Then (``--rescale``) the state of the last ``typed`` round at the largest size, committed by 2
 partitions, is restored the way a Spark task restores it (``StateStoreProvider.get_store``,
 checkpoint on local disk): 2 -> 2, 2 -> 3 and, from a version the 3 partitions commit,
-3 -> 2, partitions one after another in this process, with the child-process check of
-RocksDB files (docs/reliability/untrusted-files.md) on (its memo cleared: each a first
-restore) and off.
+3 -> 2, partitions one after another in this process, each as the first restore of its
+process, in three modes (``MODES``): the child-process check of RocksDB files
+(docs/reliability/untrusted-files.md) off; on with no table trusted (cold: another
+machine's state); on with the records the writers left in the machine's memo.
 
-    python bench/scale.py                  # small: 200k rows over 100k keys, 2 rounds, ~3 min
+    python bench/scale.py                  # small: 200k rows over 100k keys, 2 rounds, ~2 min
     python bench/scale.py --full           # 4M rows / 2M keys and 20M / 10M, 2 rounds, rescale
+                                           # (~17 min: docs/performance/scale.md)
     python bench/scale.py --sizes 4000000:2000000 --rounds 3 --variants nostate,typed,ints
     python bench/scale.py --rescale-only --keys 10000000   # state built without Spark
     python bench/scale.py --rocksdb debian
@@ -517,7 +523,6 @@ def main(argv: list[str]) -> int:
             doc["state"] = {"keys": args.keys, "build_s": round(time.perf_counter() - t0, 1)}
             print(f"[state of {args.keys:,} keys built in {doc['state']['build_s']} s]")
         else:
-            import cases_spark
             from stateengine.spark.runtime import drop_cached
 
             variants = args.variants.split(",")
@@ -540,7 +545,6 @@ def main(argv: list[str]) -> int:
             finally:
                 spark.stop()
                 drop_cached()
-            del cases_spark
         if rescale and kept:
             print("[restore and rescale]", flush=True)
             memo = os.path.join(os.path.dirname(kept), "local", "checked-tables")
