@@ -7,7 +7,9 @@ which git ignores.
 
 The other bench scripts keep their last result as ``<name>-latest.json`` and add their own
 kind of line through ``record``: bench/s3_commit.py ("bench": "s3_commit": requests, MB and
-seconds per commit and per restore), bench/crosscheck_cost.py (its whole, small report).
+seconds per commit and per restore), bench/scale.py ("bench": "scale": per size the best
+seconds and floor ratios, per restore the best times), bench/crosscheck_cost.py (its whole,
+small report).
 """
 
 from __future__ import annotations
@@ -74,6 +76,23 @@ def s3_line(doc: dict[str, Any]) -> dict[str, Any]:
             "commits": [cost(c) for c in doc["commits"]], "restores": restores}
 
 
+def scale_line(doc: dict[str, Any]) -> dict[str, Any]:
+    """bench/scale.py's entry: per size the best seconds of each variant and its ratio to the
+    floor (best, and per round); per restore the best sum and slowest partition per mode."""
+    sizes = []
+    for size in doc.get("sizes", []):
+        sizes.append({"rows": size["rows"], "keys": size["keys"],
+                      **{v: [e["best_s"], e.get("best_ratio"), e.get("round_ratios")]
+                         for v, e in size["variants"].items()}})
+    restore = {name: {mode: [r["best_sum_s"], r["best_max_s"]] for mode, r in by.items()}
+               for name, by in (doc.get("restore") or {}).items()
+               if name in ("2to2", "2to3", "3to2")}
+    load = [round((doc.get(k) or [0])[0], 2) for k in ("load_at_start", "load_at_end")]
+    return {"bench": "scale", "date": doc.get("date"), "commit": doc.get("commit"),
+            "command": doc.get("command"), "rocksdb": doc.get("rocksdb"), "load": load,
+            "sizes": sizes, "restore": restore}
+
+
 def append(path: str, doc: dict[str, Any], bench: str = "run") -> None:
     """Appends the history line of a results document: bench/run.py's (``run``), or another
     bench script's (s3_commit's cost table, any other's small report as it is)."""
@@ -81,6 +100,8 @@ def append(path: str, doc: dict[str, Any], bench: str = "run") -> None:
         entry = line(doc)
     elif bench == "s3_commit":
         entry = s3_line(doc)
+    elif bench == "scale":
+        entry = scale_line(doc)
     else:
         entry = {"bench": bench, "date": doc.get("date"), "commit": doc.get("commit"),
                  **{k: v for k, v in doc.items() if k not in ("date", "commit")}}

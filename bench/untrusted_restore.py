@@ -8,7 +8,10 @@ both alike), and times the check alone. Reports medians and the load average.
 
     python bench/untrusted_restore.py                 # 1,000,000 keys, 7 rounds
     python bench/untrusted_restore.py --keys 100000 --rounds 3
-    PYTHONPATH=bench/.build/release python bench/untrusted_restore.py   # the Release build
+    python bench/untrusted_restore.py --rocksdb debian   # Debian's librocksdb
+
+Like bench/run.py it runs on the release wheel's Release RocksDB (bench/builds.py) unless
+``--rocksdb debian``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import builds  # noqa: E402
 
 
 def build(root: str, scratch: str, keys: int) -> tuple[Any, Any]:
@@ -61,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    p.add_argument("--rocksdb", choices=("debian", "release"), default=None)
     args = p.parse_args(argv)
+    linked = builds.use(args.rocksdb, False, __file__)  # may restart this script
 
     from stateengine import KeyedStateBackend, _native
     from stateengine.checkpoint import untrusted
@@ -110,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "keys": args.keys, "rounds": args.rounds, "entries_read_by_check": read["entries"],
             "checkpoint_bytes": handle.stats["bytes_total"], "native": _native.__file__,
+            "rocksdb": builds.describe(linked)["rocksdb"],
             "median_restore_s": {"check on": round(med["on"], 4), "check off": round(med["off"], 4)},
             "median_check_alone_s": round(med["check alone"], 4),
             "median_child_steps_s": {k: round(med[f"child {k}"], 4)

@@ -47,7 +47,34 @@ class TrimAfterBackgroundWork : public rocksdb::EventListener {
   }
 };
 
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 }  // namespace
+
+void CreatedTables::OnTableFileCreated(const rocksdb::TableFileCreationInfo& info) {
+  if (!info.status.ok()) return;  // a failed flush or compaction leaves no file behind
+  std::lock_guard<std::mutex> lock(mu_);
+  names_.insert(BaseName(info.file_path));
+}
+
+void CreatedTables::OnTableFileDeleted(const rocksdb::TableFileDeletionInfo& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  names_.erase(BaseName(info.file_path));
+}
+
+void CreatedTables::OnExternalFileIngested(rocksdb::DB* /*db*/,
+                                           const rocksdb::ExternalFileIngestionInfo& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  names_.insert(BaseName(info.internal_file_path));
+}
+
+std::vector<std::string> CreatedTables::Names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::vector<std::string>(names_.begin(), names_.end());
+}
 
 size_t MemoryBudget::ReservedFor(size_t bytes) {
   // 5/16, at most 20 MiB: a load of ten times a 64 MiB budget with compaction running
@@ -211,6 +238,7 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DBOptions options = MakeDBOptions();
+  options.listeners.push_back(s->created_);
   options.create_if_missing = create_if_missing;
   options.create_missing_column_families = create_if_missing;
   rocksdb::Status st = rocksdb::DB::Open(options, path, descs, &handles, &s->db_);

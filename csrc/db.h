@@ -17,6 +17,7 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/write_batch.h>
 #include <rocksdb/write_buffer_manager.h>
 
@@ -121,6 +122,22 @@ class PinRegistry {
   bool closed_ = false;
 };
 
+// The table (SST) files this database's own RocksDB wrote (flushes, compactions) and that
+// are still live: the files a restore hard-linked in from a checkpoint are not among them.
+// Restores elsewhere on this machine trust these without reading them (checkpoint/untrusted.py).
+class CreatedTables : public rocksdb::EventListener {
+ public:
+  void OnTableFileCreated(const rocksdb::TableFileCreationInfo& info) override;
+  void OnTableFileDeleted(const rocksdb::TableFileDeletionInfo& info) override;
+  // Tables this library wrote and ingested (restores of full snapshots) are its own too.
+  void OnExternalFileIngested(rocksdb::DB* db, const rocksdb::ExternalFileIngestionInfo& info) override;
+  std::vector<std::string> Names() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<std::string> names_;  // base names, e.g. 000012.sst
+};
+
 class StateDB {
  public:
   // Opens the database at path with exactly the given column families; creates what is
@@ -201,6 +218,8 @@ class StateDB {
   rocksdb::Status CompactAll();
   // RocksDB's estimate of live keys over all column families (no scan).
   uint64_t EstimateNumKeys() const;
+  // Base names of the live table files this instance's RocksDB wrote itself.
+  std::vector<std::string> CreatedTableFiles() const { return created_->Names(); }
   // Rows the state handles read, wrote and deleted since the instance opened (one per element
   // of a batch call). The handles count, not Get/Put: timers, restores and raw access go
   // through the same calls and are not state rows. Relaxed: a count, not a synchronisation.
@@ -254,6 +273,7 @@ class StateDB {
   std::mutex append_mu_;
   std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
   std::shared_ptr<TtlClock> clock_ = std::make_shared<TtlClock>();
+  std::shared_ptr<CreatedTables> created_ = std::make_shared<CreatedTables>();
   rocksdb::WriteOptions write_options_;
   rocksdb::ReadOptions read_options_;
   rocksdb::WriteOptions nowait_write_options_;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <thread>
@@ -74,10 +75,21 @@ rocksdb::Status CheckTableRange(const rocksdb::Options& options,
   return rocksdb::Status::OK();
 }
 
-// Every entry of one table file, checked against the key range its MANIFEST entry gives.
-rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveFileMetaData& f,
-                           rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
-                           const rocksdb::ReadOptions& ro, DbCheckStats* stats) {
+// Entries of a table between two of its keys: the unit of work of the lookups, so that a large
+// table is looked up on several threads.
+struct Chunk {
+  const rocksdb::LiveFileMetaData* table;
+  rocksdb::ColumnFamilyHandle* cf;
+  std::string first;  // the chunk's first key
+  std::string end;    // the next chunk's first key; empty: to the table's end
+};
+constexpr size_t kChunkEntries = 1 << 17;
+
+// Every entry of one table file, read forwards and backwards and checked against the key range
+// its MANIFEST entry gives; the table's chunks (every kChunkEntries-th key) are appended.
+rocksdb::Status CheckTableOrder(const rocksdb::Options& options, const rocksdb::LiveFileMetaData& f,
+                                rocksdb::ColumnFamilyHandle* cf, const rocksdb::ReadOptions& ro,
+                                DbCheckStats* stats, std::vector<Chunk>* chunks) {
   const std::string file = f.directory + "/" + f.relative_filename;
   rocksdb::SstFileReader reader(options);
   rocksdb::Status st = reader.Open(file);
@@ -87,16 +99,20 @@ rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveF
   const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
   std::string last;
   bool first = true;
-  const size_t counted_before = stats->entries;
+  size_t seen = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     if (!first && cmp->Compare(key, last) <= 0) {
       return rocksdb::Status::Corruption(file, "keys out of order");
     }
     if (first && cmp->Compare(key, f.smallestkey) < 0) break;
+    if (seen % kChunkEntries == 0) {
+      if (!chunks->empty() && chunks->back().table == &f) chunks->back().end = key.ToString();
+      chunks->push_back({&f, cf, key.ToString(), std::string()});
+    }
     last.assign(key.data(), key.size());
     first = false;
-    ++stats->entries;
+    ++seen;
   }
   if (!it->status().ok()) return it->status();
   // Deleted keys are not seen, so the keys seen lie within the MANIFEST's range, not at its
@@ -107,44 +123,102 @@ rocksdb::Status CheckTable(const rocksdb::Options& options, const rocksdb::LiveF
   // Backwards too: Prev starts each step from a restart point, so every block's restart
   // array is followed (what a Seek's binary search reads), not only its entries in order.
   size_t back = 0;
-  for (it->SeekToLast(); it->Valid(); it->Prev()) {
+  for (it->SeekToLast(); it->Valid() && back <= seen; it->Prev()) {
     if (back == 0 && it->key() != rocksdb::Slice(last)) break;
     ++back;
   }
   if (!it->status().ok()) return it->status();
-  if (back != stats->entries - counted_before) {
+  if (back != seen) {
     return rocksdb::Status::Corruption(file, "reads differently backwards than forwards");
   }
-  // And every key found again by Seek (a binary search over the restart points), and by a
-  // Get through the database, as the restoring process looks keys up: merged with the other
-  // tables, blob indexes decoded, the data block's hash index and the Bloom filter used.
+  stats->entries += seen;
+  return rocksdb::Status::OK();
+}
+
+// Every key of a chunk found again by Seek (a binary search over the restart points), and by
+// a Get through the database, as the restoring process looks keys up: merged with the other
+// tables, blob indexes decoded, the data block's hash index and the Bloom filter used.
+rocksdb::Status CheckChunkLookups(const rocksdb::Options& options, const Chunk& c,
+                                  rocksdb::DB* db, const rocksdb::ReadOptions& ro) {
+  const std::string file = c.table->directory + "/" + c.table->relative_filename;
+  rocksdb::SstFileReader reader(options);
+  rocksdb::Status st = reader.Open(file);
+  if (!st.ok()) return st;
+  std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
   std::unique_ptr<rocksdb::Iterator> seek(reader.NewIterator(ro));
   rocksdb::PinnableSlice value;
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+  const rocksdb::Slice end(c.end);
+  for (it->Seek(c.first); it->Valid() && (c.end.empty() || it->key() != end); it->Next()) {
     seek->Seek(it->key());
     if (!seek->Valid() || seek->key() != it->key()) {
       if (!seek->status().ok()) return seek->status();
       return rocksdb::Status::Corruption(file, "a key is not found again by Seek");
     }
     value.Reset();
-    st = db->Get(ro, cf, it->key(), &value);
+    st = db->Get(ro, c.cf, it->key(), &value);
     if (!st.ok() && !st.IsNotFound()) return st;  // not found: deleted by a newer table
   }
   return it->status();
 }
 
-// A table's key range read through the database, as the restoring process scans: every
-// table holding keys in the range Seeks to its start and is merged with the others.
+// A key range read through the database, as the restoring process scans: every table holding
+// keys in it Seeks to its start and is merged with the others. The range ends at largest
+// (inclusive), or before `end` when that is not empty.
 rocksdb::Status ScanThroughDb(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
-                              const rocksdb::LiveFileMetaData& f) {
+                              const std::string& smallest, const std::string& largest,
+                              const std::string& end) {
   rocksdb::ReadOptions ro;
-  rocksdb::Slice lower(f.smallestkey);
+  rocksdb::Slice lower(smallest);
   ro.iterate_lower_bound = &lower;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, cf));
   const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
-  for (it->SeekToFirst(); it->Valid() && cmp->Compare(it->key(), f.largestkey) <= 0; it->Next()) {
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (end.empty() ? cmp->Compare(it->key(), largest) > 0 : cmp->Compare(it->key(), end) >= 0) {
+      break;
+    }
   }
   return it->status();
+}
+
+// The key ranges of the given tables of one column family, overlapping ones joined: tables
+// of level 0 (and a restore's new tables) all span the whole key space, and a scan per table
+// read the whole database once per table.
+std::vector<std::pair<std::string, std::string>> JoinedRanges(
+    std::vector<const rocksdb::LiveFileMetaData*> tables) {
+  const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
+  std::sort(tables.begin(), tables.end(), [cmp](const auto* a, const auto* b) {
+    return cmp->Compare(a->smallestkey, b->smallestkey) < 0;
+  });
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto* f : tables) {
+    if (!out.empty() && cmp->Compare(f->smallestkey, out.back().second) <= 0) {
+      if (cmp->Compare(f->largestkey, out.back().second) > 0) out.back().second = f->largestkey;
+    } else {
+      out.emplace_back(f->smallestkey, f->largestkey);
+    }
+  }
+  return out;
+}
+
+// Runs fn(i) for i in [0, n) on up to kThreads threads; the first error stops the rest.
+rocksdb::Status InParallel(size_t n, const std::function<rocksdb::Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::vector<rocksdb::Status> results(std::min<size_t>(kThreads, n));
+  std::atomic<bool> failed{false};
+  auto work = [&](rocksdb::Status* out) {
+    for (size_t i; !failed.load() && (i = next.fetch_add(1)) < n;) {
+      *out = fn(i);
+      if (!out->ok()) failed.store(true);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < results.size(); ++i) threads.emplace_back(work, &results[i]);
+  if (!results.empty()) work(&results[0]);
+  for (auto& th : threads) th.join();
+  for (const auto& r : results) {
+    if (!r.ok()) return r;
+  }
+  return rocksdb::Status::OK();
 }
 
 rocksdb::Status Check(const std::string& path, const std::set<std::string>& trusted,
@@ -157,12 +231,15 @@ rocksdb::Status Check(const std::string& path, const std::set<std::string>& trus
   rocksdb::Status st = rocksdb::DB::ListColumnFamilies(options, path, &names);
   if (!st.ok()) return st;
   // Read the tables as the restoring process will: with a Bloom filter policy the filter
-  // blocks are loaded (and parsed) when a table opens; index and filter blocks go through a
-  // small cache, so memory stays bounded whatever the size of the state.
+  // blocks are loaded (and parsed) when a table opens. Each table's index and filter are held
+  // by its reader, as the restoring process pins them, so the Get of every key does not read
+  // them again: through a small cache, a state of millions of keys evicted them all the time
+  // (the filter blocks of a table are megabytes). They take about 1.5 bytes per key; data
+  // blocks go through a small cache.
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(32 << 20);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
-  table.cache_index_and_filter_blocks = true;
+  table.cache_index_and_filter_blocks = false;
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   options.merge_operator = std::make_shared<KeepLastOperand>();
   options.force_consistency_checks = true;
@@ -226,37 +303,87 @@ rocksdb::Status Check(const std::string& path, const std::set<std::string>& trus
     }
   }
   stats->scanned = todo.size();
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> entries{0};
-  std::vector<rocksdb::Status> results(std::min<size_t>(kThreads, todo.size()));
-  auto work = [&](rocksdb::Status* out) {
-    rocksdb::ReadOptions ro;
-    ro.readahead_size = 2 << 20;
-    DbCheckStats mine;
-    for (size_t i; out->ok() && (i = next.fetch_add(1)) < todo.size();) {
-      rocksdb::ColumnFamilyHandle* cf = nullptr;
-      for (size_t k = 0; k < names.size(); ++k) {
-        if (names[k] == todo[i]->column_family_name) cf = handles[k];
-      }
-      if (cf == nullptr) {
-        *out = rocksdb::Status::Corruption(todo[i]->relative_filename, "in no column family");
-        break;
-      }
-      *out = GuardStatus("checking a table", [&] {
-        rocksdb::Status r = CheckTable(options, *todo[i], db.get(), cf, ro, &mine);
-        return r.ok() ? ScanThroughDb(db.get(), cf, *todo[i]) : r;
-      });
+  auto family = [&](const std::string& name) -> rocksdb::ColumnFamilyHandle* {
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (names[k] == name) return handles[k];
     }
-    entries += mine.entries;
+    return nullptr;
   };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < results.size(); ++i) threads.emplace_back(work, &results[i]);
-  if (!results.empty()) work(&results[0]);
-  for (auto& th : threads) th.join();
-  stats->entries = entries.load();
-  for (const auto& r : results) {
-    if (!r.ok() && st.ok()) st = r;
+  std::atomic<size_t> entries{0};
+  std::mutex chunks_mu;
+  std::vector<Chunk> chunks;
+  rocksdb::ReadOptions ro;
+  ro.readahead_size = 2 << 20;
+  st = InParallel(todo.size(), [&](size_t i) {
+    rocksdb::ColumnFamilyHandle* cf = family(todo[i]->column_family_name);
+    if (cf == nullptr) return rocksdb::Status::Corruption(todo[i]->relative_filename, "in no column family");
+    DbCheckStats mine;
+    std::vector<Chunk> found;
+    rocksdb::Status r = GuardStatus("checking a table", [&] {
+      return CheckTableOrder(options, *todo[i], cf, ro, &mine, &found);
+    });
+    entries += mine.entries;
+    std::lock_guard<std::mutex> lock(chunks_mu);
+    chunks.insert(chunks.end(), found.begin(), found.end());
+    return r;
+  });
+  if (st.ok()) {
+    st = InParallel(chunks.size(), [&](size_t i) {
+      return GuardStatus("looking up a table's keys", [&] {
+        return CheckChunkLookups(options, chunks[i], db.get(), ro);
+      });
+    });
   }
+  // The tables' key ranges read through the database, joined where they overlap and cut at
+  // the chunks' first keys (a scan per piece), and each table's first key sought through it.
+  struct Range {
+    rocksdb::ColumnFamilyHandle* cf;
+    std::string smallest, largest, end;
+  };
+  std::vector<Range> ranges;
+  const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
+  for (size_t k = 0; st.ok() && k < names.size(); ++k) {
+    std::vector<const rocksdb::LiveFileMetaData*> tables;
+    std::vector<std::string> cuts;
+    for (const auto* f : todo) {
+      if (f->column_family_name == names[k]) tables.push_back(f);
+    }
+    for (const auto& c : chunks) {
+      if (c.cf == handles[k]) cuts.push_back(c.first);
+    }
+    std::sort(cuts.begin(), cuts.end(), [cmp](const std::string& a, const std::string& b) {
+      return cmp->Compare(a, b) < 0;
+    });
+    for (auto& [lo, hi] : JoinedRanges(tables)) {
+      std::string from = lo;
+      for (const auto& cut : cuts) {
+        if (cmp->Compare(cut, from) > 0 && cmp->Compare(cut, hi) <= 0) {
+          ranges.push_back({handles[k], from, hi, cut});
+          from = cut;
+        }
+      }
+      ranges.push_back({handles[k], from, hi, std::string()});
+    }
+  }
+  if (st.ok()) {
+    st = InParallel(ranges.size(), [&](size_t i) {
+      return GuardStatus("reading a key range", [&] {
+        const Range& r = ranges[i];
+        return ScanThroughDb(db.get(), r.cf, r.smallest, r.largest, r.end);
+      });
+    });
+  }
+  if (st.ok()) {
+    st = InParallel(todo.size(), [&](size_t i) {
+      return GuardStatus("seeking a table's first key", [&] {
+        std::unique_ptr<rocksdb::Iterator> it(
+            db->NewIterator(rocksdb::ReadOptions(), family(todo[i]->column_family_name)));
+        it->Seek(todo[i]->smallestkey);
+        return it->status();
+      });
+    });
+  }
+  stats->entries = entries.load();
   stats->scan_us = MicrosSince(t);
   return st;
 }

@@ -148,6 +148,16 @@ def create_checkpoint(NativeBackend backend, str directory):
     check_status(st)
 
 
+def created_table_files(NativeBackend backend) -> set:
+    """Base names of the live SST files the backend's own RocksDB wrote (flushes,
+    compactions): not those a restore placed."""
+    cdef vector[string] names
+    cdef CStateDB* db = backend._enter()
+    names = db.CreatedTableFiles()
+    backend._leave()
+    return {n.decode("utf-8") for n in names}
+
+
 def clip_to_range(NativeBackend backend):
     """Deletes every key group outside the backend's own range."""
     cdef CStatus st

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence, overload
 
 from .backend import KeyedStateBackend
-from .checkpoint import file_cache
+from .checkpoint import file_cache, untrusted
 from .checkpoint.documents import resolve_key
 from .checkpoint.storage import CheckpointStorage, as_storage
 from .checkpoint.versions import VersionCatalog
@@ -108,6 +108,8 @@ class StateStoreProvider:
         if not self.storage.is_local and file_cache.file_cache_root() is None:
             # restores on this machine link the SSTs its databases already hold
             file_cache.configure_file_cache(os.path.join(self._local_root, "remote-files"))
+        # restores on this machine skip the tables its databases wrote or checked
+        untrusted.follow_local_dir(self._local_root)
         self._backend: KeyedStateBackend | None = None
         self._backend_version: int | None = None  # version the open backend holds, if clean
         self._first_version = 0  # the version this partition's state began at (see _load)

@@ -28,7 +28,10 @@ VALUE = ValueStateDescriptor("value", bytes)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_memo():
+def _fresh_memo(monkeypatch):
+    # this process's memo only, as before any provider ran, unless a test says otherwise
+    monkeypatch.setattr(untrusted, "_shared_root", None)
+    monkeypatch.setattr(untrusted, "_shared_explicit", False)
     untrusted.forget_checks()
     yield
     untrusted.set_rocksdb_file_checks(True)
@@ -163,6 +166,7 @@ def test_memo_skips_tables_checked_before(tmp_path):
         second = b.checkpoint(2, root).result()
     finally:
         b.dispose()
+    untrusted.forget_checks()  # as in another process than the writer's
     KeyedStateBackend.restore(str(tmp_path / "r1"), [first]).dispose()
     calls = []
     real = untrusted.check_rocksdb_files
@@ -179,6 +183,121 @@ def test_memo_skips_tables_checked_before(tmp_path):
         restore_mod.check_rocksdb_files = saved
     assert calls[0]["scanned"] == 1 and calls[0]["files"] == len(second.shared), calls
     assert calls[1] == {"memo": True}
+
+
+def _spy_checks():
+    """Records what every restore's check returns, until the returned undo is called."""
+    calls = []
+    real = untrusted.check_rocksdb_files
+    restore_mod = sys.modules["stateengine.checkpoint.restore"]
+
+    def spy(db_dir, source):
+        calls.append(real(db_dir, source))
+        return calls[-1]
+    restore_mod.check_rocksdb_files = spy
+    return calls, lambda: setattr(restore_mod, "check_rocksdb_files", real)
+
+
+def test_tables_written_here_are_not_read(tmp_path):
+    """A commit records the tables its own RocksDB wrote: restoring them reads none (only the
+    MANIFEST replay and each table's open in the child); a table changed afterwards is a new
+    file to the memo and is read."""
+    root, manifest = _checkpoint(tmp_path)
+    calls, undo = _spy_checks()
+    try:
+        b = KeyedStateBackend.restore(str(tmp_path / "r"), [load_handle(root, manifest)])
+        assert len(b._raw_scan(b.column_family("value"))) == 100
+        b.dispose()
+    finally:
+        undo()
+    assert calls[0]["files"] >= 2 and calls[0]["scanned"] == 0, calls
+    _bad_value_type(root, manifest)  # rewritten: another file than the one recorded
+    with pytest.raises(CorruptionError, match="RocksDB files are damaged"):
+        KeyedStateBackend.restore(str(tmp_path / "r2"), [load_handle(root, manifest)])
+
+
+MEMO_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from stateengine import KeyedStateBackend, load_handle
+    from stateengine.checkpoint import restore, untrusted
+    untrusted.configure_check_memo(sys.argv[4])
+    real = untrusted.check_rocksdb_files
+    restore.check_rocksdb_files = lambda d, s: print(real(d, s))
+    KeyedStateBackend.restore(sys.argv[3], [load_handle(sys.argv[2], sys.argv[5])]).dispose()
+""")
+
+
+def test_machine_memo_is_shared_between_processes(tmp_path):
+    """With the machine-wide memo (StateStoreProvider's local directory), another process
+    restoring what this one wrote reads no table; without it, it reads them all."""
+    memo = tmp_path / "memo"
+    untrusted.configure_check_memo(str(memo))
+    root, manifest = _checkpoint(tmp_path)
+    untrusted.configure_check_memo(None)
+    assert len(os.listdir(memo)) >= 2
+    outcomes = {}
+    for name, memo_dir in (("shared", str(memo)), ("other", str(tmp_path / "empty"))):
+        proc = subprocess.run([sys.executable, "-c", MEMO_CHILD, PROJECT, root,
+                               str(tmp_path / f"r-{name}"), memo_dir, manifest],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outcomes[name] = eval(proc.stdout.strip().splitlines()[-1])
+    assert outcomes["shared"]["scanned"] == 0, outcomes
+    assert outcomes["other"]["scanned"] == outcomes["other"]["files"] >= 2, outcomes
+
+
+PROVIDER_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from stateengine import StateStoreProvider, ValueStateDescriptor
+    from stateengine.checkpoint import restore, untrusted
+    real = untrusted.check_rocksdb_files
+    restore.check_rocksdb_files = lambda d, s: print(real(d, s))
+    p = StateStoreProvider(sys.argv[2], "op", 0, 1, key_type=int, local_dir=sys.argv[3],
+                           descriptors=[ValueStateDescriptor("value", bytes)])
+    store = p.get_store(1)
+    print(len(store.backend._raw_scan(store.backend.column_family("value"))))
+    p.close()
+""")
+
+
+def test_next_worker_restores_without_reading_tables(tmp_path):
+    """A Spark task that lands on another Python worker: the provider there (same local
+    directory, another process) restores what this one committed without reading its tables."""
+    from stateengine import StateStoreProvider
+
+    local = str(tmp_path / "local")
+    p = StateStoreProvider(str(tmp_path / "ckpt"), "op", 0, 1, key_type=int, local_dir=local,
+                           descriptors=[VALUE])
+    assert untrusted.check_memo_root() == os.path.join(local, "checked-tables")
+    store = p.get_store(0)
+    state = store.get_state(VALUE)
+    for k in range(100):
+        store.backend.set_current_key(k)
+        state.update(b"v%d" % k)
+    assert store.commit() == 1
+    p.close()
+    proc = subprocess.run([sys.executable, "-c", PROVIDER_CHILD, PROJECT, str(tmp_path / "ckpt"),
+                           local], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    read, entries = proc.stdout.strip().splitlines()[-2:]
+    assert eval(read)["scanned"] == 0 and eval(read)["files"] >= 1, read
+    assert int(entries) == 100
+
+
+def test_machine_memo_refuses_a_directory_others_may_write(tmp_path):
+    memo = tmp_path / "memo"
+    memo.mkdir()
+    os.chmod(memo, 0o777)
+    untrusted.configure_check_memo(str(memo))
+    assert untrusted.check_memo_root() is None
+    os.chmod(memo, 0o700)
+    untrusted.configure_check_memo(str(memo))
+    assert untrusted.check_memo_root() == str(memo)
+    # chosen explicitly: a provider's local directory does not replace it
+    untrusted.follow_local_dir(str(tmp_path / "local"))
+    assert untrusted.check_memo_root() == str(memo)
 
 
 def test_checks_can_be_turned_off(tmp_path):

@@ -45,6 +45,7 @@ from .full import with_digest, write_operator_state
 from .handles import FileRef, IncrementalHandle, decode_handle, encode_handle
 from .interface import SnapshotSource
 from .storage import CheckpointStorage
+from .untrusted import trust_tables
 
 
 def shared_file_name(shared_dir: str) -> str:
@@ -92,6 +93,8 @@ class IncrementalCheckpointer:
                 storage.check_target(rel)
         local_dir = os.path.join(backend.checkpoint_dir, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:8]}")
         _native.create_checkpoint(backend, local_dir)  # the sync point
+        # tables this database's RocksDB wrote itself: restores on this machine trust them
+        written = _native.created_table_files(backend)
         states = [backend.state_meta(n) for n, _ in backend.column_families()]
         op_bytes = None if backend.operator_state.is_empty() else backend.operator_state.snapshot_bytes()
         with self._lock:
@@ -123,6 +126,9 @@ class IncrementalCheckpointer:
                         ref = storage.upload(path, shared_file_name(shared_dir), local_name=name)
                         with self._lock:
                             self._owned.add(ref.path)
+                        if name in written:  # where restores find it: the copy, or the link
+                            trust_tables([storage.resolve(ref.path)] if storage.is_local
+                                         else [path])
                         shared.append(with_digest(ref, path, hmac_key))
                     else:
                         ref = storage.upload(path, f"{private_dir}/{name}", local_name=name)

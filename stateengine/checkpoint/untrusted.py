@@ -17,6 +17,14 @@ is removed as for any other damaged checkpoint. Tables this process checked befo
 file, restored again through a hard link) are not read again, and a directory whose content
 was checked before spawns no child at all.
 
+Tables written by stateengine's own RocksDB are not read either: a commit records the
+identity of each table its database wrote (flushes, compactions) as it places it in the
+checkpoint, and a check records the tables it read. With a machine-wide memo
+(``configure_check_memo``, which ``StateStoreProvider`` turns on under its local directory)
+these records are shared by every process of the user on the machine, so a Spark task that
+lands on another Python worker restores what the previous worker committed without reading
+it again; only tables from elsewhere are read.
+
 The child is ``python -I -S`` loading the native module as a plain shared library through
 ctypes (no Python module init, no numpy, no package import): it starts in tens of
 milliseconds, and the native module it loads is exactly the restoring process's, so it reads
@@ -31,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -57,12 +66,13 @@ sys.stdout.flush()
 os._exit(rc)
 """
 
-#: Address space of the child: far above what reading a checkpoint needs (an 8 MiB block
-#: cache, index and filter blocks through it), so only runaway allocations hit it.
+#: Address space of the child: far above what reading a checkpoint needs (a 32 MiB block
+#: cache, and each table's index and filter blocks, about 1.5 bytes per key: 150 MB at 100M
+#: keys), so only runaway allocations hit it.
 MEMORY_LIMIT = 4 << 30
 #: A child that reads slower than this many bytes per second (after a minute's grace) is
 #: taken to be stuck in damaged data.
-MIN_BYTES_PER_SECOND = 8 << 20
+MIN_BYTES_PER_SECOND = 2 << 20
 _GRACE_SECONDS = 60.0
 
 _lock = threading.Lock()
@@ -74,6 +84,15 @@ _enabled = True
 _CHECKED_TABLES: "OrderedDict[tuple[int, int, int, int], None]" = OrderedDict()
 _CHECKED_DIRS: "OrderedDict[str, None]" = OrderedDict()
 _MEMO_LIMIT = 200_000
+# The machine-wide memo: an empty file per trusted table identity in a directory of the
+# user's own (checked: owned by this user, writable by nobody else), touched on every use
+# and swept of entries unused for a week (or beyond _SHARED_LIMIT, oldest first).
+_shared_root: str | None = None
+_shared_explicit = False  # configured by configure_check_memo, not by a provider
+_SHARED_LIMIT = 100_000
+_SHARED_MAX_AGE_S = 7 * 24 * 3600.0
+_SWEEP_INTERVAL_S = 600.0
+_last_sweep = 0.0
 
 
 def set_rocksdb_file_checks(enabled: bool) -> bool:
@@ -93,10 +112,155 @@ def rocksdb_file_checks() -> bool:
 
 
 def forget_checks() -> None:
-    """Drops the memo of checked files (campaigns isolate their cases with it)."""
+    """Drops the memo of checked files, this process's and the machine-wide one (campaigns
+    isolate their cases with it)."""
     with _lock:
         _CHECKED_TABLES.clear()
         _CHECKED_DIRS.clear()
+        root = _shared_root
+    if root is not None:
+        for name in _shared_names(root):
+            _unlink(os.path.join(root, name))
+
+
+def configure_check_memo(path: str | os.PathLike | None) -> None:
+    """Shares the memo of trusted tables with every process of this user on the machine
+    through the directory ``path`` (None: this process's memo only). Whoever can write there
+    could make a table trusted, so it must be a directory of this user's that no one else may
+    write to (a local working directory is: it holds the live databases); any other is not
+    used."""
+    global _shared_explicit
+    _shared_explicit = True
+    _configure(path)
+
+
+def follow_local_dir(local_dir: str) -> None:
+    """The memo in ``<local_dir>/checked-tables``, unless ``configure_check_memo`` chose one:
+    each StateStoreProvider calls it, so the Python workers of a query (one local directory)
+    share their records."""
+    if not _shared_explicit:
+        _configure(os.path.join(local_dir, "checked-tables"))
+
+
+def _configure(path: str | os.PathLike | None) -> None:
+    global _shared_root
+    root = None
+    if path is not None:
+        root = os.path.abspath(os.fspath(path))
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        except OSError:
+            root = None
+        if root is not None and not _private_dir(root):
+            root = None
+    with _lock:
+        _shared_root = root
+
+
+def check_memo_root() -> str | None:
+    """The machine-wide memo's directory, or None."""
+    return _shared_root
+
+
+def trust_tables(paths: Any) -> None:
+    """Records table files that stateengine's own RocksDB wrote, as they lie where restores
+    will find them (a local checkpoint's copy, the file cache's link), so that no restore reads
+    them again: their bytes come from this library, not from a checkpoint."""
+    keys = []
+    for path in paths:
+        try:
+            keys.append(_stat_key(path))
+        except OSError:
+            continue
+    _remember(_CHECKED_TABLES, keys)
+    _shared_add(keys)
+
+
+def _private_dir(root: str) -> bool:
+    try:
+        st = os.stat(root)
+    except OSError:
+        return False
+    getuid = getattr(os, "getuid", None)
+    owned = getuid is None or st.st_uid == getuid()
+    return owned and not st.st_mode & 0o022
+
+
+def _marker(root: str, key: tuple[int, int, int, int]) -> str:
+    return os.path.join(root, "%x-%x-%x-%x" % key)
+
+
+def _shared_knows(key: tuple[int, int, int, int]) -> bool:
+    root = _shared_root
+    if root is None:
+        return False
+    try:
+        os.utime(_marker(root, key))  # in use: kept by the sweep
+        return True
+    except OSError:
+        return False
+
+
+def _shared_add(keys: Any) -> None:
+    global _last_sweep
+    root = _shared_root
+    if root is None:
+        return
+    for key in keys:
+        try:
+            _touch(_marker(root, key))
+        except FileNotFoundError:  # the directory was removed: made again, as configured
+            try:
+                os.makedirs(root, mode=0o700, exist_ok=True)
+                _touch(_marker(root, key))
+            except OSError:
+                return
+        except OSError:
+            return  # the memo is an optimisation: a table not recorded is read again
+    now = time.monotonic()
+    with _lock:
+        if now - _last_sweep < _SWEEP_INTERVAL_S:
+            return
+        _last_sweep = now
+    _sweep(root)
+
+
+def _touch(path: str) -> None:
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.utime(path)
+
+
+def _shared_names(root: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(root) if n.count("-") == 3]
+    except OSError:
+        return []
+
+
+def _sweep(root: str) -> None:
+    entries = []
+    for name in _shared_names(root):
+        try:
+            entries.append((os.stat(os.path.join(root, name)).st_mtime, name))
+        except OSError:
+            continue
+    entries.sort(reverse=True)
+    cutoff = time.time() - _SHARED_MAX_AGE_S
+    for i, (mtime, name) in enumerate(entries):
+        if i >= _SHARED_LIMIT or mtime < cutoff:
+            _unlink(os.path.join(root, name))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _stat_key(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _remember(memo: OrderedDict, keys: Any) -> None:
@@ -139,11 +303,12 @@ def check_rocksdb_files(db_dir: str, source: str) -> dict[str, Any] | None:
     with _lock:
         if identity in _CHECKED_DIRS:
             return {"memo": True}
-        trusted = [name for name, key in tables.items() if key in _CHECKED_TABLES]
+        trusted = {name for name, key in tables.items() if key in _CHECKED_TABLES}
+    trusted |= {name for name, key in tables.items() if name not in trusted and _shared_knows(key)}
     timeout = _GRACE_SECONDS + total / MIN_BYTES_PER_SECOND
     cmd = [sys.executable, "-I", "-S", "-c", _CHILD, _native.__file__, db_dir, str(MEMORY_LIMIT)]
     try:
-        proc = subprocess.run(cmd, input="\n".join(trusted).encode(), capture_output=True,
+        proc = subprocess.run(cmd, input="\n".join(sorted(trusted)).encode(), capture_output=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         raise CorruptionError(f"{source}: reading its RocksDB files did not finish within "
@@ -157,6 +322,7 @@ def check_rocksdb_files(db_dir: str, source: str) -> dict[str, Any] | None:
         cfs, files, scanned, entries, open_us, scan_us = (int(x) for x in out.split()[1:7])
         _remember(_CHECKED_TABLES, tables.values())
         _remember(_CHECKED_DIRS, [identity])
+        _shared_add(tables.values())
         return {"column_families": cfs, "files": files, "scanned": scanned, "entries": entries,
                 "open_s": open_us / 1e6, "scan_s": scan_us / 1e6}
     if proc.returncode == 1:

@@ -184,6 +184,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus Flush()
         CStatus CompactAll()
         uint64_t EstimateNumKeys()
+        vector[string] CreatedTableFiles()
         void CountReads(uint64_t)
         void CountWrites(uint64_t)
         void CountDeletes(uint64_t)
