@@ -45,7 +45,7 @@ from .full import with_digest, write_operator_state
 from .handles import FileRef, IncrementalHandle, decode_handle, encode_handle
 from .interface import SnapshotSource
 from .storage import CheckpointStorage
-from .untrusted import trust_tables
+from .untrusted import trust_checkpoint_files, trust_tables
 
 
 def shared_file_name(shared_dir: str) -> str:
@@ -132,7 +132,8 @@ class IncrementalCheckpointer:
                             reused_refs.append(prior)
                             reused += 1
                             continue
-                        ref = storage.upload(path, shared_file_name(shared_dir), local_name=name)
+                        ref = storage.upload(path, shared_file_name(shared_dir), local_name=name,
+                                             link=True)
                         with self._lock:
                             self._owned.add(ref.path)
                         if name in written:  # where restores find it: the copy, or the link
@@ -140,7 +141,8 @@ class IncrementalCheckpointer:
                                          else [path])
                         shared.append(with_digest(ref, path, hmac_key))
                     else:
-                        ref = storage.upload(path, f"{private_dir}/{name}", local_name=name)
+                        ref = storage.upload(path, f"{private_dir}/{name}", local_name=name,
+                                             link=True)
                         private.append(with_digest(ref, path, hmac_key))
                     uploaded += 1
                     uploaded_bytes += ref.size
@@ -153,6 +155,9 @@ class IncrementalCheckpointer:
                 handle = IncrementalHandle(storage.uri, checkpoint_id, kgr, max_p, states,
                                            list(key_codecs) if key_codecs else None, key_is_tuple,
                                            shared, private, stats, op_ref)
+                if storage.is_local:  # what a restore will place, as its RocksDB wrote it
+                    trust_checkpoint_files({f.local_name: storage.full_path(f.path)
+                                            for f in shared + private})
                 if reused_refs:
                     check_base(storage, checkpoint_id, reused_refs, base_manifest, read=False)
                 if manifest_path is not None:
