@@ -394,7 +394,7 @@ cdef int _row_encode(RowCodec c, uint32_t idx, object v, string* out, int64_t* p
                                     f"aware {v!r:.60} (pass a naive datetime)")
             delta = v - _EPOCH_UTC
         else:
-            delta = v - _EPOCH_NAIVE  # naive: taken as UTC (see README "Typed state")
+            delta = v - _EPOCH_NAIVE  # naive: taken as UTC (docs/concepts/typed-state.md)
         i = (<int64_t>delta.days * 86400 + <int64_t>delta.seconds) * 1000000 + \
             <int64_t>delta.microseconds
         CPutBE64(out, <uint64_t>i)

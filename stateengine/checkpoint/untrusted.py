@@ -93,6 +93,9 @@ _SHARED_LIMIT = 100_000
 _SHARED_MAX_AGE_S = 7 * 24 * 3600.0
 _SWEEP_INTERVAL_S = 600.0
 _last_sweep = 0.0
+#: The machine-wide memo's folder inside a provider's local directory: records of checked
+#: table identities shared by the query's workers, not a part of any restored state.
+MEMO_DIR = "checked-tables"
 
 
 def set_rocksdb_file_checks(enabled: bool) -> bool:
@@ -135,11 +138,11 @@ def configure_check_memo(path: str | os.PathLike | None) -> None:
 
 
 def follow_local_dir(local_dir: str) -> None:
-    """The memo in ``<local_dir>/checked-tables``, unless ``configure_check_memo`` chose one:
+    """The memo in ``<local_dir>/checked-tables`` (``MEMO_DIR``), unless ``configure_check_memo`` chose one:
     each StateStoreProvider calls it, so the Python workers of a query (one local directory)
     share their records."""
     if not _shared_explicit:
-        _configure(os.path.join(local_dir, "checked-tables"))
+        _configure(os.path.join(local_dir, MEMO_DIR))
 
 
 def _configure(path: str | os.PathLike | None) -> None:

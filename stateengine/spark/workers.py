@@ -32,7 +32,7 @@ def _advice() -> str:
     return (f"Set PYSPARK_PYTHON to a Python that has stateengine installed before the "
             f"SparkSession starts (for this driver's own: export PYSPARK_PYTHON={sys.executable}"
             f"); on a cluster, install stateengine into the Python every executor runs, or ship "
-            f"it (README: Running on a cluster); with Spark Connect, into the Python of the "
+            f"it (docs/spark/cluster.md); with Spark Connect, into the Python of the "
             f"server's workers")
 
 
