@@ -98,8 +98,10 @@ def task_us_per_key(keys: int, rows_per_key: int, batches: int = 4) -> float:
     from stateengine.spark.routing import KG_COL, PID_COL
     from stateengine.spark.runtime import TaskConfig, TaskState
 
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
     spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false") \
-        .getOrCreate()
+        .config("spark.driver.host", "127.0.0.1") \
+        .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate()
     processor = running_totals()
     plan = _plan(processor, spark, "None")
     out = spark.createDataFrame([], OUTPUT_SCHEMA).schema
