@@ -9,6 +9,7 @@ last Spark bench run (``bench/results/latest.json``: ``spark.transformWithStateI
     python bench/processor_floor.py               # 50k keys, 4 rows each
     python bench/processor_floor.py --keys 200000
     python bench/processor_floor.py --results bench/results/runs/<time>.json
+    python bench/processor_floor.py --rocksdb debian   # Debian's librocksdb (default: the wheel's)
 
 The bench's job runs on local[2]: two Python workers share the keys, so a key-batch of CPU in
 one worker is half of it in wall time.
@@ -30,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import builds  # noqa: E402
 from cases_spark import OUTPUT_SCHEMA, PARTITIONS, running_totals  # noqa: E402
 
 from stateengine.spark.frames import RowSlices  # noqa: E402
@@ -141,7 +143,11 @@ def main() -> None:
     p.add_argument("--keys", type=int, default=50_000)
     p.add_argument("--rows-per-key", type=int, default=4)
     p.add_argument("--results", default=os.path.join(HERE, "results", "latest.json"))
+    p.add_argument("--rocksdb", choices=("debian", "release"), default=None,
+                   help="the librocksdb measured: the release wheel's (default) or Debian's")
     args = p.parse_args()
+    build = builds.use(args.rocksdb, False, __file__)  # may restart this script
+    print(f"build: {builds.describe(build)['rocksdb']}")
     body = min(body_us_per_key(args.keys, args.rows_per_key) for _ in range(3))
     print(f"the processor's own handleInputRows: {body:.1f} us of CPU per key and batch "
           f"({body / PARTITIONS:.1f} us of wall time on {PARTITIONS} workers)")
