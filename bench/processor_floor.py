@@ -9,6 +9,7 @@ last Spark bench run (``bench/results/latest.json``: ``spark.transformWithStateI
     python bench/processor_floor.py               # 50k keys, 4 rows each
     python bench/processor_floor.py --keys 200000
     python bench/processor_floor.py --results bench/results/runs/<time>.json
+    python bench/processor_floor.py --rocksdb debian   # Debian's librocksdb (default: the wheel's)
 
 The bench's job runs on local[2]: two Python workers share the keys, so a key-batch of CPU in
 one worker is half of it in wall time.
@@ -30,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import builds  # noqa: E402
 from cases_spark import OUTPUT_SCHEMA, PARTITIONS, running_totals  # noqa: E402
 
 from stateengine.spark.frames import RowSlices  # noqa: E402
@@ -98,8 +100,10 @@ def task_us_per_key(keys: int, rows_per_key: int, batches: int = 4) -> float:
     from stateengine.spark.routing import KG_COL, PID_COL
     from stateengine.spark.runtime import TaskConfig, TaskState
 
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
     spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false") \
-        .getOrCreate()
+        .config("spark.driver.host", "127.0.0.1") \
+        .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate()
     processor = running_totals()
     plan = _plan(processor, spark, "None")
     out = spark.createDataFrame([], OUTPUT_SCHEMA).schema
@@ -138,15 +142,28 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--keys", type=int, default=50_000)
     p.add_argument("--rows-per-key", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--results", default=os.path.join(HERE, "results", "latest.json"))
+    p.add_argument("--rocksdb", choices=("debian", "release"), default=None,
+                   help="the librocksdb measured: the release wheel's (default) or Debian's")
     args = p.parse_args()
-    body = min(body_us_per_key(args.keys, args.rows_per_key) for _ in range(3))
+    build = builds.use(args.rocksdb, False, __file__)  # may restart this script
+    print(f"build: {builds.describe(build)['rocksdb']}")
+    # Body and task path alternate round by round, so that drifting load reaches both alike;
+    # the figures are the best of the rounds, and each round's own share is shown beside.
+    bodies, tasks = [], []
+    for r in range(args.rounds):
+        bodies.append(body_us_per_key(args.keys, args.rows_per_key))
+        tasks.append(task_us_per_key(args.keys // PARTITIONS, args.rows_per_key))
+        print(f"round {r + 1}/{args.rounds} (load {os.getloadavg()[0]:.1f}): body "
+              f"{bodies[-1]:.1f} us, task path {tasks[-1]:.1f} us, "
+              f"{100 * (tasks[-1] - bodies[-1]) / bodies[-1]:.1f}% beyond the body", flush=True)
+    body, task = min(bodies), min(tasks)
     print(f"the processor's own handleInputRows: {body:.1f} us of CPU per key and batch "
           f"({body / PARTITIONS:.1f} us of wall time on {PARTITIONS} workers)")
-    task = min(task_us_per_key(args.keys // PARTITIONS, args.rows_per_key) for _ in range(2))
     print(f"the task path without Spark (grouping, engine state, output sink and the body): "
           f"{task:.1f} us of CPU per key and batch, {task - body:.1f} beyond the body "
-          f"({100 * (task - body) / body:.1f}% of it)")
+          f"({100 * (task - body) / body:.1f}% of it; best of {args.rounds} rounds each)")
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs)")
     if not os.path.exists(args.results):
