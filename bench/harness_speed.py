@@ -7,10 +7,13 @@ read and written per key); each variant runs ``--warmup`` batches, then the medi
 ``--batches`` timed batches is reported, with the load average before and after. Two batch
 sizes by default: a unit test's (10 keys, 50 rows), where Spark's fixed cost per batch shows,
 and a larger one (200 keys, 1,000 rows), where the processor's own pandas work per key
-(a DataFrame per output row) takes a growing share of the harness's time.
+(a DataFrame per output row) takes a growing share of the harness's time. ``harness.apply
+peek+batch`` reads one key's state before each batch, as a test checking state between
+batches does (the next batch then restores that partition).
 
     python bench/harness_speed.py
     python bench/harness_speed.py --sizes 20x100,2000x10000 --batches 7
+    python bench/harness_speed.py --harness-only --batches 100 --warmup 5
 
 Spark runs on local[2] with 2 shuffle partitions, the harness with 2 partitions. Results go
 to bench/results/harness-speed.json.
@@ -84,6 +87,16 @@ def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str) ->
         results["harness.processor"] = timed(lambda b, pdf: len(h.run_batch(pdf)), data, warmup)
     with ApplyHarness(count_and_total, "user", OUT, [acc], num_partitions=PARTITIONS) as h:
         results["harness.apply"] = timed(lambda b, pdf: len(h.run_batch(pdf)), data, warmup)
+    # a test that reads state between batches: the peek aborts its partition's store, so the
+    # next batch restores that partition from the checkpoint (no Spark counterpart)
+    with ApplyHarness(count_and_total, "user", OUT, [acc], num_partitions=PARTITIONS) as h:
+        results["harness.apply peek+batch"] = timed(
+            lambda b, pdf: (b and h.peek("acc", 0), len(h.run_batch(pdf)))[1], data, warmup)
+    if spark is None:  # --harness-only
+        print(f"-- {keys} keys, {rows} rows per batch")
+        for name, r in results.items():
+            print(f"{name:36s} {r['median_s'] * 1e3:9.2f} ms per batch")
+        return {"keys": keys, "rows": rows, "results": results}
     results["spark.processor"] = timed(
         lambda b, pdf: len(transform_with_state_in_pandas(
             spark.createDataFrame(pdf), running_totals(), "user", OUT,
@@ -123,8 +136,15 @@ def main() -> None:
                    help="batch sizes as KEYSxROWS, comma-separated")
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--out", default=os.path.join(HERE, "results", "harness-speed.json"))
+    p.add_argument("--out", default=None,
+                   help="JSON results (default bench/results/harness-speed.json; none with "
+                        "--harness-only)")
+    p.add_argument("--harness-only", action="store_true",
+                   help="the harness variants alone, no SparkSession: to compare two versions "
+                        "of the harness over many batches (--batches 100 --warmup 5)")
     args = p.parse_args()
+    if args.out is None and not args.harness_only:
+        args.out = os.path.join(HERE, "results", "harness-speed.json")
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -134,6 +154,11 @@ def main() -> None:
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     root = tempfile.mkdtemp(prefix="stateengine-harness-bench-")
+    if args.harness_only:
+        runs = [measure(k, r, args.batches, args.warmup, None, root) for k, r in sizes]
+        shutil.rmtree(root, ignore_errors=True)
+        _report(args, runs, load_before)
+        return
     spark = (SparkSession.builder.master("local[2]").appName("harness-speed")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
@@ -148,8 +173,14 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+    _report(args, runs, load_before)
+
+
+def _report(args: argparse.Namespace, runs: list[dict], load_before: list[float]) -> None:
     load_after = [round(x, 2) for x in os.getloadavg()]
     print(f"load average before {load_before}, after {load_after} ({os.cpu_count()} CPUs)")
+    if args.out is None:
+        return
     report = {"batches": args.batches, "warmup": args.warmup, "partitions": PARTITIONS,
               "sizes": runs, "load_before": load_before, "load_after": load_after}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

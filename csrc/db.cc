@@ -241,6 +241,17 @@ rocksdb::Status StateDB::Open(const std::string& path, const std::vector<ColumnF
   options.listeners.push_back(s->created_);
   options.create_if_missing = create_if_missing;
   options.create_missing_column_families = create_if_missing;
+  // Opening loads every table's reader on max_file_opening_threads threads, and RocksDB starts
+  // all of them (per column family) however few tables there are: a new or small database,
+  // opened for each micro-batch's partition, paid more for starting threads than for its files.
+  std::vector<std::string> children;
+  int tables = 0;
+  if (options.env->GetChildren(path, &children).ok()) {
+    for (const auto& name : children) {
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".sst") == 0) ++tables;
+    }
+  }
+  options.max_file_opening_threads = std::clamp(tables, 1, options.max_file_opening_threads);
   rocksdb::Status st = rocksdb::DB::Open(options, path, descs, &handles, &s->db_);
   if (!st.ok()) return st;
   // handles[0] is RocksDB's default family, which no state uses; keep it only to close it.

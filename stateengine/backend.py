@@ -497,13 +497,15 @@ class KeyedStateBackend(_native.NativeBackend):
                    private_dir: str | None = None, manifest_path: str | None = None,
                    shared_dir: str = "shared",
                    extra: dict | Callable[[dict], dict] | None = None,
-                   hmac_key: bytes | str | None = None) -> AsyncSnapshot[IncrementalHandle]:
+                   hmac_key: bytes | str | None = None,
+                   deferred: bool = False) -> AsyncSnapshot[IncrementalHandle]:
         """Starts an incremental checkpoint: only SST files the last confirmed checkpoint does
         not hold are uploaded (to ``shared_dir``); other files go to ``private_dir`` (default
         ``chk-<id>/kg<start>-<end>-<unique>``, so several backends may checkpoint the same id
         into one root); the handle (plus ``extra`` fields) is published to ``manifest_path``
         (default, with the default private dir: ``<private dir>.handle.json``). ``hmac_key`` as
-        for ``snapshot``."""
+        for ``snapshot``; ``deferred``: the asynchronous part runs in the thread that asks for
+        its result, for a caller that waits at once."""
         private = private_dir or (f"chk-{checkpoint_id}/kg{self._range.start}-{self._range.end}-"
                                   f"{uuid.uuid4().hex[:12]}")
         if manifest_path is None and private_dir is None:
@@ -512,7 +514,7 @@ class KeyedStateBackend(_native.NativeBackend):
         with self._lifecycle:
             self.timer_service._return_in_flight()
             return self._checkpointer.checkpoint(checkpoint_id, storage, private, manifest_path,
-                                                 shared_dir, extra, key)
+                                                 shared_dir, extra, key, deferred)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms checkpoint ``checkpoint_id`` (see IncrementalCheckpointer)."""

@@ -69,7 +69,9 @@ class StateStoreProvider:
 
     The partition owns ``KeyGroupRange.for_operator(partition_id, num_partitions,
     max_parallelism)``. ``min_versions_to_retain`` newest versions stay restorable; partition 0
-    prunes older ones (and the shared files only they used) after each commit.
+    prunes older ones (and the shared files only they used) after each commit, or with
+    ``prune_every`` after the commit of every ``prune_every``-th version (maintenance on an
+    interval, as Spark's; up to ``prune_every - 1`` more versions stay meanwhile).
     ``allow_pickle`` is KeyedStateBackend's: without it nothing read from the checkpoint is
     ever unpickled (versions written before format 2 may need it once, see restore).
     ``hmac_key`` (default ``$STATEENGINE_CHECKPOINT_KEY``) authenticates every manifest and
@@ -84,9 +86,11 @@ class StateStoreProvider:
                  descriptors: Sequence[StateDescriptor] = (), local_dir: str | None = None,
                  min_versions_to_retain: int = 10, allow_pickle: bool = False,
                  hmac_key: bytes | str | None = None,
-                 key_names: Sequence[str] | None = None) -> None:
+                 key_names: Sequence[str] | None = None, prune_every: int = 1) -> None:
         if min_versions_to_retain < 1:
             raise ValueError("min_versions_to_retain must be at least 1")
+        if isinstance(prune_every, bool) or not isinstance(prune_every, int) or prune_every < 1:
+            raise ValueError(f"prune_every must be an int of at least 1, got {prune_every!r}")
         self.storage = as_storage(checkpoint)
         self.hmac_key = resolve_key(hmac_key)
         self.catalog = VersionCatalog(self.storage, operator_id, self.hmac_key)
@@ -99,6 +103,7 @@ class StateStoreProvider:
         self.key_type = key_type
         self.descriptors = list(descriptors)
         self.min_versions_to_retain = min_versions_to_retain
+        self.prune_every = prune_every
         self.allow_pickle = allow_pickle
         self.key_names = list(key_names) if key_names else None
         if not allow_pickle:
@@ -271,8 +276,9 @@ class StateStore:
     def commit(self, extra: dict[str, Any] | None = None) -> int:
         """Publishes this store's state as version + 1 and returns that version.
 
-        Partition 0 then prunes old versions; pruning is maintenance, so its failure is
-        reported in ``metrics["prune_error"]`` and does not undo or fail the commit.
+        Partition 0 then prunes old versions (after each ``prune_every``-th version);
+        pruning is maintenance, so its failure is reported in ``metrics["prune_error"]`` and
+        does not undo or fail the commit.
         ``extra`` adds fields to the version's manifest (under its checksum), e.g. where
         migrated state came from."""
         if self.state is not StoreState.UPDATING:
@@ -315,6 +321,7 @@ class StateStore:
                 shared_dir=p.catalog.shared_dir,
                 extra=seal,
                 hmac_key=p.hmac_key,
+                deferred=True,  # waited for at once: run here, not handed to the pool
             ).result()
         except BaseException:
             self._abort_backend()
@@ -325,7 +332,7 @@ class StateStore:
         p._backend_version = new_version
         pruned = {"versions": 0, "files": 0}
         prune_error = None
-        if p.partition_id == 0:
+        if p.partition_id == 0 and new_version % p.prune_every == 0:
             try:
                 pruned = p.catalog.prune(new_version, p.min_versions_to_retain,
                                          num_partitions=p.num_partitions)

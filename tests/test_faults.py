@@ -100,8 +100,8 @@ CHILD = textwrap.dedent('''
         if mode == "upload":
             real_upload = storage_mod.CheckpointStorage.upload
 
-            def upload(self, local_file, rel, local_name=""):
-                ref = real_upload(self, local_file, rel, local_name)
+            def upload(self, local_file, rel, local_name="", **options):
+                ref = real_upload(self, local_file, rel, local_name, **options)
                 say("UPLOADING")
                 stall()
 

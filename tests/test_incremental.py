@@ -382,3 +382,54 @@ def test_retention_waits_for_the_slowest_partition(tmp_path):
     assert three[0].catalog.versions() == [6, 7]
     for prov in two + three:
         prov.close()
+
+
+def test_prune_every_prunes_on_an_interval_keeping_at_least_the_retained(tmp_path):
+    """With prune_every=3, partition 0 prunes after versions 3, 6, ...: in between, older
+    versions stay (never fewer than min_versions_to_retain), and after a prune exactly the
+    retained ones and their files are left, as with pruning after every commit."""
+    root = str(tmp_path / "cp")
+    with pytest.raises(ValueError, match="prune_every"):
+        StateStoreProvider(root, "op", 0, 1, key_type=int, descriptors=[PAYLOAD], prune_every=0)
+    prov = StateStoreProvider(root, "op", 0, 1, key_type=int, descriptors=[PAYLOAD],
+                              local_dir=str(tmp_path / "local"), min_versions_to_retain=2,
+                              prune_every=3)
+    rng = random.Random(9)
+    for version in range(0, 8):
+        store = prov.get_store(version)
+        _fill(store.backend, rng.sample(range(100), 10), rng)
+        new_version = store.commit()
+        pruned = new_version % 3 == 0
+        # the oldest version left: the one before the last pruning commit (or version 1)
+        first = new_version - 1 if pruned else max(1, 3 * (new_version // 3) - 1)
+        assert prov.catalog.versions() == list(range(first, new_version + 1)), new_version
+        assert store.metrics["versions_pruned"] == {3: 1, 6: 3}.get(new_version, 0)
+        if pruned:
+            assert shared_files(root, "op/shared") == \
+                _manifest_refs(prov.catalog, [new_version - 1, new_version])
+    prov.close()
+
+
+def test_checkpoint_files_are_linked_into_local_storage_or_copied(tmp_path, monkeypatch):
+    """A checkpoint's files go to local storage on the same file system as hard links (a
+    table shares its inode with the live database's, which never changes it); where links are
+    refused (another file system) they are copied; both restore the same state."""
+    rng = random.Random(3)
+    for name, refuse in (("linked", False), ("copied", True)):
+        if refuse:
+            def no_link(src, dst, *a, **k):
+                raise OSError(18, "Invalid cross-device link")
+            monkeypatch.setattr(os, "link", no_link)
+        b = KeyedStateBackend(str(tmp_path / f"src-{name}"), key_type=int)
+        _fill(b, range(50), rng)
+        root = str(tmp_path / name)
+        handle = b.checkpoint(1, root).result()
+        live = {n: os.stat(os.path.join(b.path, "db", n)).st_ino for n in local_ssts(b)}
+        for ref in handle.shared:
+            st = os.stat(os.path.join(root, ref.path))
+            assert (st.st_ino == live[ref.local_name]) is (not refuse), name
+        b.dispose()
+        monkeypatch.undo()
+        restored = KeyedStateBackend.restore(str(tmp_path / f"r-{name}"), [handle])
+        assert restored.num_state_entries("payload") == 50
+        restored.dispose()

@@ -233,8 +233,8 @@ def test_cancel_a_running_incremental_checkpoint(loaded, tmp_path, monkeypatch):
     started, release = threading.Event(), threading.Event()
     real_upload = CheckpointStorage.upload
 
-    def slow_upload(self, local_file, rel, local_name=""):
-        ref = real_upload(self, local_file, rel, local_name)
+    def slow_upload(self, local_file, rel, local_name="", **options):
+        ref = real_upload(self, local_file, rel, local_name, **options)
         started.set()
         release.wait(30)
         return ref
@@ -296,3 +296,34 @@ print("OK")
         f"rc={proc.returncode}\nstdout={proc.stdout}\nstderr={proc.stderr[-3000:]}"
     assert not (tmp_path / "cp" / "queued").exists()
 
+
+
+def test_a_deferred_snapshot_runs_in_the_thread_that_waits_for_it():
+    """deferred=True (a store's commit): the asynchronous part runs once, in the thread that
+    first asks for the result, and its error reaches that caller; cancelled before anyone
+    asked, it never runs and its release frees what the synchronous part held."""
+    import threading
+
+    from stateengine.checkpoint.asynchronous import AsyncSnapshot
+    from stateengine.errors import SnapshotCancelledError
+
+    ran, released = [], []
+    snap = AsyncSnapshot(lambda: ran.append(threading.current_thread()) or len(ran),
+                         lambda: None, release=lambda: released.append(1), deferred=True)
+    assert not ran and not snap.done()
+    assert snap.result() == 1 and snap.result() == 1
+    assert ran == [threading.current_thread()] and snap.done() and not released
+
+    def fail():
+        raise OSError("disk full")
+    failing = AsyncSnapshot(fail, lambda: None, deferred=True)
+    with pytest.raises(OSError, match="disk full"):
+        failing.result()
+    assert isinstance(failing.exception(), OSError)
+
+    never = AsyncSnapshot(lambda: ran.append("late"), lambda: None,
+                          release=lambda: released.append(1), deferred=True)
+    never.cancel()
+    with pytest.raises(SnapshotCancelledError):
+        never.result()
+    assert released == [1] and "late" not in ran

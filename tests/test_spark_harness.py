@@ -179,6 +179,33 @@ def test_a_failed_batch_commits_nothing_and_runs_again(tmp_path):
         assert h.peek_value_state("acc", "c") == (1, 3.0)
 
 
+def test_restores_of_the_harnesses_own_commits_spawn_no_file_check(tmp_path, monkeypatch):
+    """A batch after a peek and a rescaled batch restore state the harness itself committed:
+    the restore's check of RocksDB files (a child process, checkpoint/untrusted.py) finds it
+    recorded as written here and spawns nothing, and the state is intact."""
+    from stateengine.checkpoint import restore
+
+    checks = []
+    real = restore.check_rocksdb_files
+    monkeypatch.setattr(restore, "check_rocksdb_files",
+                        lambda db, source: checks.append(real(db, source)) or checks[-1])
+
+    def count(user, rows, ctx):
+        n = ctx.state("n")
+        n.update((n.value() or 0) + len(rows))
+        return [(user, n.value())]
+
+    rows = pd.DataFrame({"user": ["a", "b", "c", "a"]})
+    with ApplyHarness(count, "user", "user string, n long", [ValueStateDescriptor("n")],
+                      directory=str(tmp_path)) as h:
+        h.run_batch(rows)
+        assert h.peek("n", "a") == 2  # the next batch restores the peeked partition
+        assert sorted(h.run_batch(rows).rows) == [("a", 4), ("b", 2), ("c", 2)]
+        assert sorted(h.run_batch(rows, num_partitions=3).rows) == [("a", 6), ("b", 3),
+                                                                    ("c", 3)]
+    assert checks and all(c == {"memo": True} for c in checks), checks
+
+
 @needs_processors
 def test_time_never_moves_back_and_belongs_to_its_time_mode(tmp_path):
     from stateengine.testing import ProcessorHarness

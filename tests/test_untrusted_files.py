@@ -199,18 +199,22 @@ def _spy_checks():
 
 
 def test_tables_written_here_are_not_read(tmp_path):
-    """A commit records the tables its own RocksDB wrote: restoring them reads none (only the
-    MANIFEST replay and each table's open in the child); a table changed afterwards is a new
-    file to the memo and is read."""
+    """A commit records what its own RocksDB wrote: restoring exactly that in the same
+    process spawns no child at all; elsewhere (here: with the directory memo dropped) the
+    child reads no table (only the MANIFEST replay and each table's open); a table changed
+    afterwards is a new file to the memo and is read."""
     root, manifest = _checkpoint(tmp_path)
     calls, undo = _spy_checks()
     try:
-        b = KeyedStateBackend.restore(str(tmp_path / "r"), [load_handle(root, manifest)])
-        assert len(b._raw_scan(b.column_family("value"))) == 100
-        b.dispose()
+        for target in ("r0", "r1"):
+            b = KeyedStateBackend.restore(str(tmp_path / target), [load_handle(root, manifest)])
+            assert len(b._raw_scan(b.column_family("value"))) == 100
+            b.dispose()
+            untrusted._CHECKED_DIRS.clear()  # as another process would restore it
     finally:
         undo()
-    assert calls[0]["files"] >= 2 and calls[0]["scanned"] == 0, calls
+    assert calls[0] == {"memo": True}, calls
+    assert calls[1]["files"] >= 2 and calls[1]["scanned"] == 0, calls
     _bad_value_type(root, manifest)  # rewritten: another file than the one recorded
     with pytest.raises(CorruptionError, match="RocksDB files are damaged"):
         KeyedStateBackend.restore(str(tmp_path / "r2"), [load_handle(root, manifest)])

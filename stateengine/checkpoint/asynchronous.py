@@ -32,18 +32,36 @@ class AsyncSnapshot(Generic[T]):
 
     def __init__(self, run: Callable[[], T], on_cancel: Callable[[], None],
                  on_finish: Callable[["AsyncSnapshot[Any]"], None] | None = None,
-                 release: Callable[[], None] | None = None) -> None:
+                 release: Callable[[], None] | None = None, deferred: bool = False) -> None:
         """``on_cancel`` stops a running ``run``; ``release`` frees what the synchronous part
         holds (a pinned RocksDB snapshot, hard links) when ``run`` is cancelled before it
-        started, since ``run`` would otherwise have freed it."""
+        started, since ``run`` would otherwise have freed it. ``deferred``: ``run`` waits for
+        the first ``result()`` and runs in that thread, for a caller that waits at once (a
+        store's commit): the same work without handing it to the pool and back."""
         self._on_cancel = on_cancel
         self._on_finish = on_finish
         self._release = release
-        self._future: Future[T] = _executor().submit(run)
+        self._deferred: Callable[[], T] | None = run if deferred else None
+        self._deferred_lock = threading.Lock()
+        self._future: Future[T] = Future() if deferred else _executor().submit(run)
         if on_finish is not None:
             self._future.add_done_callback(lambda _f: on_finish(self))
 
+    def _run_deferred(self) -> None:
+        with self._deferred_lock:
+            run, self._deferred = self._deferred, None
+            if run is None or not self._future.set_running_or_notify_cancel():
+                return  # run already, or cancelled before it started
+            try:
+                value = run()
+            except BaseException as e:  # the caller of result() sees it, as from the pool
+                self._future.set_exception(e)
+            else:
+                self._future.set_result(value)
+
     def result(self, timeout: float | None = None) -> T:
+        if self._deferred is not None:
+            self._run_deferred()
         try:
             return self._future.result(timeout)
         except CancelledError:
@@ -61,6 +79,8 @@ class AsyncSnapshot(Generic[T]):
             self._on_cancel()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._deferred is not None:
+            self._run_deferred()
         return self._future.exception(timeout)
 
 

@@ -45,7 +45,7 @@ from .full import with_digest, write_operator_state
 from .handles import FileRef, IncrementalHandle, decode_handle, encode_handle
 from .interface import SnapshotSource
 from .storage import CheckpointStorage
-from .untrusted import trust_tables
+from .untrusted import trust_checkpoint_files, trust_tables
 
 
 def shared_file_name(shared_dir: str) -> str:
@@ -70,6 +70,10 @@ class IncrementalCheckpointer:
         self._confirmed_root: str | None = None  # storage the confirmed files live in
         self._confirmed_id = -1
         self._confirmed_manifest = ""  # where the confirmed checkpoint is published, if known
+        # the bytes this checkpointer published there (None: restored or unknown), so that the
+        # check after publishing compares bytes instead of decoding its own manifest again
+        self._confirmed_bytes: bytes | None = None
+        self._written: dict[int, bytes] = {}  # checkpoint id -> its manifest's bytes
         self._completed: dict[int, IncrementalHandle] = {}
         self._retained: OrderedDict[int, IncrementalHandle] = OrderedDict()
         self._owned: set[str] = set()
@@ -82,11 +86,15 @@ class IncrementalCheckpointer:
             self._confirmed_root = handle.root
             self._confirmed_id = handle.checkpoint_id
             self._confirmed_manifest = handle.manifest
+            self._confirmed_bytes = None
 
     def checkpoint(self, checkpoint_id: int, storage: CheckpointStorage, private_dir: str,
                    manifest_path: str | None = None, shared_dir: str = "shared",
                    extra: dict | Callable[[dict], dict] | None = None,
-                   hmac_key: bytes | None = None) -> AsyncSnapshot[IncrementalHandle]:
+                   hmac_key: bytes | None = None,
+                   deferred: bool = False) -> AsyncSnapshot[IncrementalHandle]:
+        """Starts a checkpoint (see KeyedStateBackend.checkpoint; ``deferred`` as for
+        AsyncSnapshot)."""
         backend = self._backend
         for rel in (private_dir, shared_dir, manifest_path):  # refused before any work
             if rel is not None:
@@ -102,6 +110,7 @@ class IncrementalCheckpointer:
             same_root = self._confirmed_root == storage.uri
             base = dict(self._confirmed) if same_root else {}
             base_manifest = self._confirmed_manifest if same_root else ""
+            base_bytes = self._confirmed_bytes if same_root else None
         cancelled = threading.Event()
         kgr, max_p = backend.key_group_range, backend.max_parallelism
         key_codecs, key_is_tuple = backend.key_codecs, backend.key_is_tuple
@@ -123,7 +132,8 @@ class IncrementalCheckpointer:
                             reused_refs.append(prior)
                             reused += 1
                             continue
-                        ref = storage.upload(path, shared_file_name(shared_dir), local_name=name)
+                        ref = storage.upload(path, shared_file_name(shared_dir), local_name=name,
+                                             link=True)
                         with self._lock:
                             self._owned.add(ref.path)
                         if name in written:  # where restores find it: the copy, or the link
@@ -131,7 +141,8 @@ class IncrementalCheckpointer:
                                          else [path])
                         shared.append(with_digest(ref, path, hmac_key))
                     else:
-                        ref = storage.upload(path, f"{private_dir}/{name}", local_name=name)
+                        ref = storage.upload(path, f"{private_dir}/{name}", local_name=name,
+                                             link=True)
                         private.append(with_digest(ref, path, hmac_key))
                     uploaded += 1
                     uploaded_bytes += ref.size
@@ -144,6 +155,9 @@ class IncrementalCheckpointer:
                 handle = IncrementalHandle(storage.uri, checkpoint_id, kgr, max_p, states,
                                            list(key_codecs) if key_codecs else None, key_is_tuple,
                                            shared, private, stats, op_ref)
+                if storage.is_local:  # what a restore will place, as its RocksDB wrote it
+                    trust_checkpoint_files({f.local_name: storage.full_path(f.path)
+                                            for f in shared + private})
                 if reused_refs:
                     check_base(storage, checkpoint_id, reused_refs, base_manifest, read=False)
                 if manifest_path is not None:
@@ -154,7 +168,8 @@ class IncrementalCheckpointer:
                     handle.manifest = manifest_path
                     if reused_refs:  # retention may have unpublished the base meanwhile
                         try:
-                            check_base(storage, checkpoint_id, reused_refs, base_manifest)
+                            check_base(storage, checkpoint_id, reused_refs, base_manifest,
+                                       known=base_bytes)
                         except StaleCommitError:
                             withdraw(storage, manifest_path, data)
                             raise
@@ -162,24 +177,30 @@ class IncrementalCheckpointer:
                     self._completed[checkpoint_id] = handle
                     if manifest_path is not None:
                         self._manifests[checkpoint_id] = (storage.uri, manifest_path)
+                        self._written[checkpoint_id] = data
                 return handle
             finally:
                 shutil.rmtree(local_dir, ignore_errors=True)
 
         return backend.track_snapshot(AsyncSnapshot(
-            run, cancelled.set, release=lambda: shutil.rmtree(local_dir, ignore_errors=True)))
+            run, cancelled.set, release=lambda: shutil.rmtree(local_dir, ignore_errors=True),
+            deferred=deferred))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Confirms a checkpoint: its SSTs become the base of the next checkpoint, and with
         ``num_retained`` set, checkpoints beyond the newest ``num_retained`` are discarded."""
         with self._lock:
             handle = self._completed.pop(checkpoint_id, None)
+            written = self._written.pop(checkpoint_id, None)
+            for old in [i for i in self._written if i < checkpoint_id]:
+                del self._written[old]
             if handle is None or checkpoint_id <= self._confirmed_id:
                 return
             self._confirmed = {f.local_name: f for f in handle.shared}
             self._confirmed_root = handle.root
             self._confirmed_id = checkpoint_id
             self._confirmed_manifest = handle.manifest
+            self._confirmed_bytes = written if handle.manifest else None
             self._retained[checkpoint_id] = handle
             discard = []
             if self.num_retained is not None:
@@ -207,12 +228,14 @@ class IncrementalCheckpointer:
 
 
 def check_base(storage: CheckpointStorage, checkpoint_id: int, reused: list[FileRef],
-               base_manifest: str, read: bool = True) -> None:
+               base_manifest: str, read: bool = True, known: bytes | None = None) -> None:
     """Raises StaleCommitError unless the files a checkpoint reuses are still protected: the
     manifest of the checkpoint it builds on is still published and (``read``) names every one
     of them: retention deletes no file a published manifest names. Without ``read`` only its
     existence is checked (one HEAD on object storage: the cheap check before publishing; the
-    one after reads it). Where that manifest is not known (a handle restored from its dict
+    one after reads it). ``known``: the bytes this writer published there itself, whose
+    handle names every file it reuses; the manifest still holding exactly them settles it
+    without decoding. Where that manifest is not known (a handle restored from its dict
     form) or is damaged, each reused file must exist."""
     reason = None
     if base_manifest:
@@ -223,8 +246,10 @@ def check_base(storage: CheckpointStorage, checkpoint_id: int, reused: list[File
             reason = f"its manifest {where} is no longer published"
         else:
             try:
-                base, _ = decode_handle(storage.read_bytes(base_manifest), storage.uri, where,
-                                        None)
+                data = storage.read_bytes(base_manifest)
+                if known is not None and data == known:
+                    return
+                base, _ = decode_handle(data, storage.uri, where, None)
             except CheckpointNotFoundError:
                 reason = f"its manifest {where} is no longer published"
             except CorruptionError:

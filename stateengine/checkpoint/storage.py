@@ -340,9 +340,12 @@ class CheckpointStorage:
             raise StorageError(f"cannot publish {self.describe(rel)}: {e}") from e
 
     def upload(self, local_file: str, rel: str, local_name: str = "",
-               crc: int | None = None) -> FileRef:
+               crc: int | None = None, link: bool = False) -> FileRef:
         """Copies a local file to rel (temporary name, then move) and returns its FileRef.
-        ``crc``: the file's CRC-32C if its writer computed it, else the file is read for it."""
+        ``crc``: the file's CRC-32C if its writer computed it, else the file is read for it.
+        ``link``: the file never changes again (a RocksDB checkpoint's files: tables and
+        OPTIONS are immutable, MANIFEST and CURRENT private copies), so on local storage of
+        the same file system it is hard-linked instead of copied, as restores link them."""
         crc, size = _crc_and_size(local_file, crc)
         self._ensure_parent(rel)
         final = self.resolve(rel)
@@ -355,9 +358,9 @@ class CheckpointStorage:
 
         try:
             if self.is_local:
-                shutil.copyfile(local_file, tmp)
-                with open(tmp, "rb+") as f:
-                    os.fsync(f.fileno())
+                if not (link and _hard_link(local_file, tmp)):
+                    shutil.copyfile(local_file, tmp)
+                _fsync_file(tmp)
                 os.replace(tmp, final)
             elif self.is_object_store:
                 self._put_object(rel, final, copy, size)
@@ -527,6 +530,24 @@ class CheckpointStorage:
 def _not_found(e: OSError) -> bool:
     text = str(e).lower()
     return "not found" in text or "no such file" in text
+
+
+def _hard_link(src: str, dest: str) -> bool:
+    """Whether dest is now a hard link of src (False: another file system, or links refused:
+    the caller copies)."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        return False
+    return True
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

@@ -278,10 +278,16 @@ def _remember(memo: OrderedDict, keys: Any) -> None:
 def _survey(db_dir: str) -> tuple[dict[str, tuple[int, int, int, int]], str, int]:
     """(table file name -> stat key, identity of the whole directory, total bytes): the
     identity hashes the small files' bytes and the tables' stat keys."""
+    return _identify({name: os.path.join(db_dir, name) for name in os.listdir(db_dir)})
+
+
+def _identify(files: dict[str, str]) -> tuple[dict[str, tuple[int, int, int, int]], str, int]:
+    """_survey of a directory that would hold ``files`` (name there -> a path of the file,
+    or of a hard link of it)."""
     tables, total = {}, 0
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(db_dir)):
-        path = os.path.join(db_dir, name)
+    for name in sorted(files):
+        path = files[name]
         st = os.stat(path)
         total += st.st_size
         digest.update(name.encode() + b"\0")
@@ -292,6 +298,23 @@ def _survey(db_dir: str) -> tuple[dict[str, tuple[int, int, int, int]], str, int
             with open(path, "rb") as f:
                 digest.update(hashlib.sha256(f.read()).digest())
     return tables, digest.hexdigest(), total
+
+
+def trust_checkpoint_files(files: dict[str, str]) -> None:
+    """Records the RocksDB directory that a restore of a checkpoint this process's RocksDB
+    just wrote will materialize (name there -> the checkpoint's file; a local checkpoint's
+    tables are hard-linked into it, its other files copied), as checked: its tables are
+    trusted already (written here, or checked when they were restored) and its MANIFEST,
+    OPTIONS and CURRENT are the bytes RocksDB wrote for it. A restore of exactly that
+    content in this process then spawns no child (a peek between batches, a rescaled
+    batch); any other content still gets one."""
+    if not _enabled:
+        return
+    try:
+        identity = _identify(files)[1]
+    except OSError:
+        return  # moved or deleted meanwhile: its restore is checked as any other
+    _remember(_CHECKED_DIRS, [identity])
 
 
 def check_rocksdb_files(db_dir: str, source: str) -> dict[str, Any] | None:

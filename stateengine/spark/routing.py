@@ -27,6 +27,7 @@ import functools
 import numbers
 from typing import Any, Sequence
 
+import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
@@ -230,8 +231,15 @@ def partition_rows(pdf, partition_id: int):  # pandas DataFrame -> pandas DataFr
     return pdf
 
 
+def _may_hold_nulls(column) -> bool:  # pandas Series
+    """False for numpy integer and boolean columns, which cannot hold a null (checking them
+    for NaN costs a pass over the column per batch)."""
+    dtype = column.dtype
+    return not (isinstance(dtype, np.dtype) and dtype.kind in "iub")
+
+
 def check_no_null_keys(pdf, cols: list[str]) -> None:  # pandas DataFrame
-    if not any(pdf[c].hasnans for c in cols):  # the usual case, without a frame of flags
+    if not any(_may_hold_nulls(pdf[c]) and pdf[c].hasnans for c in cols):  # the usual case
         return
     nulls = pdf[cols].isna().any(axis=1)
     if nulls.any():

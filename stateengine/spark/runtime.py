@@ -49,6 +49,7 @@ class TaskConfig:
     query_checkpoint: str | None = None  # read watermark and timestamp from its offset log
     time_zone: str | None = None  # Spark's session time zone, for timer times without a zone
     min_versions_to_retain: int = 10
+    prune_every: int = 1  # partition 0 prunes after every n-th version (StateStoreProvider)
     local_dir: str | None = None
     memory_budget_mb: int | None = None
     bottommost_bloom_filters: bool = False
@@ -125,7 +126,7 @@ def provider_for(cfg: TaskConfig, partition_id: int) -> StateStoreProvider:
         cfg.checkpoint, cfg.operator_id, partition_id, cfg.num_partitions, cfg.max_parallelism,
         key_type=key_type, descriptors=cfg.descriptors, local_dir=cfg.local_dir,
         min_versions_to_retain=cfg.min_versions_to_retain, allow_pickle=cfg.allow_pickle,
-        key_names=cfg.key_cols)
+        key_names=cfg.key_cols, prune_every=cfg.prune_every)
     evicted = []
     with _cache_lock:
         _cache[ident] = provider

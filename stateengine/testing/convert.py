@@ -148,8 +148,15 @@ def arrow_batches(table: Any, schema: T.StructType, zone: str, rows: int) -> Ite
 
 def table_to_pandas(table: Any, schema: T.StructType | None, zone: str) -> pd.DataFrame:
     """Arrow data as Spark's pandas conversions give it (timestamps naive in ``zone``)."""
+    import pyarrow as pa
+
     pdf = table.to_pandas(date_as_object=True, use_threads=False)  # small: no thread pool
-    for name in pdf.columns:
+    # only zoned timestamps and maps need more (looked up on the Arrow schema: a column of
+    # the frame costs more to reach than its Arrow field)
+    names = [f.name for f in table.schema
+             if pa.types.is_timestamp(f.type) and f.type.tz is not None or
+             pa.types.is_map(f.type)]
+    for name in names:
         s = pdf[name]
         if isinstance(s.dtype, pd.DatetimeTZDtype):
             pdf[name] = s.dt.tz_convert(zone).dt.tz_localize(None)

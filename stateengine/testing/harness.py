@@ -35,6 +35,12 @@ from ..spark.routing import key_codecs_for, key_columns
 from ..spark.runtime import TaskConfig, TaskState, drop_cached, guarded
 from . import convert, routing
 
+# Partition 0 prunes old versions after every 10th version rather than after every commit
+# (Spark's maintenance runs on an interval too): pruning lists every retained version, the
+# largest fixed cost of a small batch after the commit itself. At least the newest 10
+# versions stay, as before.
+_PRUNE_EVERY = 10
+
 
 def _memory_dir() -> str | None:
     """A memory-backed folder for the harness's throwaway state where the machine has one
@@ -143,7 +149,8 @@ class Harness:
             key_cols=self.key_cols, key_codecs=self.key_codecs, descriptors=descriptors,
             batch_id=batch_id, watermark=watermark, processing_time=processing_time,
             time_zone=self.time_zone, local_dir=self.local_dir,
-            output_cols=self.output_schema.names, ttl_time_ms=ttl_time_ms, **extra)
+            output_cols=self.output_schema.names, ttl_time_ms=ttl_time_ms,
+            prune_every=_PRUNE_EVERY, **extra)
 
     # ---- one batch ---------------------------------------------------------------------
 

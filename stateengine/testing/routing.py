@@ -46,18 +46,45 @@ def route(table: Any, cols: list[str], codecs: tuple[int, ...], num_partitions: 
     batch DataFrame's (stable: a key's rows keep their input order)."""
     import pyarrow as pa
 
-    n = table.num_rows
-    groups = np.empty(n, dtype=np.int32)
-    if n:
-        columns = [table.column(c).to_pylist() for c in cols]
-        seen: dict[tuple, int] = {}
-        for i, key in enumerate(zip(*columns)):
-            kg = seen.get(key)
-            if kg is None:
-                kg = seen[key] = key_group(key, codecs, max_parallelism)
-            groups[i] = kg
+    groups = _key_groups(table, cols, codecs, max_parallelism)
     pids = (groups.astype(np.int64) * num_partitions // max_parallelism).astype(np.int32)
     routed = table.append_column(KG_COL, pa.array(groups)).append_column(PID_COL,
                                                                          pa.array(pids))
+    # one stable sort by key group and key: a partition owns a contiguous run of key groups,
+    # so its rows come out contiguous, in the order sorting its rows alone would give
     order = [(KG_COL, "ascending")] + [(c, "ascending") for c in cols]
-    return [routed.filter(pa.array(pids == p)).sort_by(order) for p in range(num_partitions)]
+    ordered = routed.sort_by(order)
+    ends = np.searchsorted(np.sort(pids), np.arange(1, num_partitions + 1), side="left")
+    starts = np.r_[0, ends[:-1]]
+    return [ordered.slice(int(s), int(e - s)) for s, e in zip(starts, ends)]
+
+
+def _key_groups(table: Any, cols: list[str], codecs: tuple[int, ...],
+                max_parallelism: int) -> np.ndarray:
+    """The key group of every row: computed once per distinct key."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    groups = np.empty(n, dtype=np.int32)
+    if not n:
+        return groups
+    if len(cols) == 1:
+        column = table.column(cols[0])
+        kind = column.type
+        # integers and strings compare exactly as their Python values do: distinct values
+        # from Arrow's dictionary (floats are left to the per-row path: -0.0 and NaN)
+        if pa.types.is_integer(kind) or pa.types.is_string(kind) or \
+                pa.types.is_large_string(kind):
+            encoded = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
+            per_value = np.array([key_group((v,), codecs, max_parallelism)
+                                  for v in encoded.dictionary.to_pylist()], dtype=np.int32)
+            return per_value[encoded.indices.to_numpy(zero_copy_only=False)]
+    columns = [table.column(c).to_pylist() for c in cols]
+    seen: dict[tuple, int] = {}
+    for i, key in enumerate(zip(*columns)):
+        kg = seen.get(key)
+        if kg is None:
+            kg = seen[key] = key_group(key, codecs, max_parallelism)
+        groups[i] = kg
+    return groups
