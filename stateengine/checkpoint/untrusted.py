@@ -138,9 +138,9 @@ def configure_check_memo(path: str | os.PathLike | None) -> None:
 
 
 def follow_local_dir(local_dir: str) -> None:
-    """The memo in ``<local_dir>/checked-tables`` (``MEMO_DIR``), unless ``configure_check_memo`` chose one:
-    each StateStoreProvider calls it, so the Python workers of a query (one local directory)
-    share their records."""
+    """The memo in ``<local_dir>/checked-tables`` (``MEMO_DIR``), unless
+    ``configure_check_memo`` chose one: each StateStoreProvider calls it, so the Python
+    workers of a query (one local directory) share their records."""
     if not _shared_explicit:
         _configure(os.path.join(local_dir, MEMO_DIR))
 

@@ -54,9 +54,9 @@ def route(table: Any, cols: list[str], codecs: tuple[int, ...], num_partitions: 
     # so its rows come out contiguous, in the order sorting its rows alone would give
     order = [(KG_COL, "ascending")] + [(c, "ascending") for c in cols]
     ordered = routed.sort_by(order)
-    ends = np.searchsorted(np.sort(pids), np.arange(1, num_partitions + 1), side="left")
-    starts = np.r_[0, ends[:-1]]
-    return [ordered.slice(int(s), int(e - s)) for s, e in zip(starts, ends)]
+    counts = np.bincount(pids, minlength=num_partitions)
+    starts = np.cumsum(counts) - counts
+    return [ordered.slice(int(s), int(n)) for s, n in zip(starts, counts)]
 
 
 def _key_groups(table: Any, cols: list[str], codecs: tuple[int, ...],
