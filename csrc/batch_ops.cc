@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <memory>
 #include <new>
 
 #include <rocksdb/db.h>
@@ -355,6 +357,35 @@ void KeyBatch::SortWords() {
   }
   Group(n, [&](size_t i) { return entries[i].row; },
         [&](size_t i) { return entries[i - 1].SameKey(entries[i]); });
+  // The distinct keys from the sorted words, which hold their bytes already.
+  const size_t groups = group_start_.size() - 1;
+  group_offsets_.resize(groups + 1);
+  group_arena_.resize(arena_.size());  // at most the rows' bytes
+  char* out = &group_arena_[0];
+  size_t at = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    const WordKey<W>& e = entries[group_start_[g]];
+    char buf[W * 8];
+    for (int i = 0; i < W; ++i) StoreBE64(buf + 8 * i, e.w[i]);
+    std::memcpy(out + at, buf, e.len);
+    group_offsets_[g] = at;
+    at += e.len;
+  }
+  group_offsets_[groups] = at;
+  group_arena_.resize(at);
+}
+
+void KeyBatch::CopyGroupKeys() {
+  const size_t groups = group_start_.size() - 1;
+  group_offsets_.resize(groups + 1);
+  group_arena_.clear();
+  group_arena_.reserve(arena_.size());
+  for (size_t g = 0; g < groups; ++g) {
+    group_offsets_[g] = group_arena_.size();
+    const rocksdb::Slice k = row_key(order_[group_start_[g]]);
+    group_arena_.append(k.data(), k.size());
+  }
+  group_offsets_[groups] = group_arena_.size();
 }
 
 template <typename RowAt, typename SameAsPrevious>
@@ -403,6 +434,7 @@ void KeyBatch::SortRows() {
     });
     Group(n, [&](size_t i) { return entries[i].row; },
           [&](size_t i) { return row_key(entries[i - 1].row) == row_key(entries[i].row); });
+    CopyGroupKeys();
   }
 }
 
@@ -688,6 +720,109 @@ rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
   });
 }
 
+namespace {
+
+// Reads by iteration (DenseRead) when the batch asks for at least one key in kDenseRatio of the
+// entries the column family holds: walking the entries costs a step through the merged tables
+// per entry, a sorted MultiGet a lookup per key in every table that may hold it (index search,
+// filter probe, block hash); tunable for measurements through STATEENGINE_DENSE_RATIO.
+double DenseRatio() {
+  static const double ratio = [] {
+    const char* env = std::getenv("STATEENGINE_DENSE_RATIO");
+    return env != nullptr ? std::atof(env) : 8.0;
+  }();
+  return ratio;
+}
+constexpr size_t kDenseMinGroups = 1024;
+// A wanted key more than this many entries ahead is sought instead of stepped to.
+size_t DenseMaxSteps() {
+  static const size_t steps = [] {
+    const char* env = std::getenv("STATEENGINE_DENSE_STEPS");
+    return env != nullptr ? static_cast<size_t>(std::atol(env)) : size_t{16};
+  }();
+  return steps;
+}
+
+bool PreferDense(StateDB* db, rocksdb::ColumnFamilyHandle* h, size_t groups) {
+  const double ratio = DenseRatio();
+  if (groups < kDenseMinGroups || ratio <= 0) return false;
+  uint64_t entries = 0;
+  if (!db->raw()->GetIntProperty(h, rocksdb::DB::Properties::kEstimateNumKeys, &entries)) {
+    return false;
+  }
+  return static_cast<double>(groups) * ratio >= static_cast<double>(entries);
+}
+
+
+// Sorted MultiGets in bounded chunks; take(g, key, value or nullptr) for every group in order.
+template <typename Take>
+rocksdb::Status PointRead(StateDB* db, rocksdb::ColumnFamilyHandle* h,
+                          const rocksdb::ReadOptions& ro, const KeyBatch& batch, Take&& take) {
+  const size_t groups = batch.groups();
+  std::vector<rocksdb::Slice> keys;
+  std::vector<rocksdb::PinnableSlice> vals(std::min(groups, kMultiGetChunk));
+  std::vector<rocksdb::Status> statuses(vals.size());
+  for (size_t base = 0; base < groups; base += kMultiGetChunk) {
+    const size_t m = std::min(kMultiGetChunk, groups - base);
+    keys.clear();
+    for (size_t g = base; g < base + m; ++g) keys.push_back(batch.group_key(g));
+    for (size_t i = 0; i < m; ++i) vals[i].Reset();
+    // Groups are in key order already, so RocksDB may skip its own sort.
+    db->raw()->MultiGet(ro, h, m, keys.data(), vals.data(), statuses.data(), true);
+    for (size_t i = 0; i < m; ++i) {
+      if (!statuses[i].ok() && !statuses[i].IsNotFound()) return statuses[i];
+      const rocksdb::Slice v = vals[i];
+      rocksdb::Status st = take(base + i, keys[i], statuses[i].ok() ? &v : nullptr);
+      if (!st.ok()) return st;
+    }
+  }
+  return rocksdb::Status::OK();
+}
+
+// One forward iterator over the batch's key range, merged with the sorted keys: a wanted key
+// a few entries ahead is stepped to, one further away sought. What it sees is what MultiGet
+// sees (the iterator resolves merges, range and point tombstones the same way), as of one
+// implicit snapshot taken when it is created.
+template <typename Take>
+rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::ReadOptions ro,
+                          const KeyBatch& batch, Take&& take) {
+  const size_t groups = batch.groups();
+  // Past the last key nothing is wanted: the bound keeps the iterator from loading more.
+  std::string upper = batch.group_key(groups - 1).ToString();
+  upper.push_back('\0');
+  const rocksdb::Slice upper_slice(upper);
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db->raw()->NewIterator(ro, h));
+  const size_t max_steps = DenseMaxSteps();
+  bool positioned = false;
+  for (size_t g = 0; g < groups; ++g) {
+    const rocksdb::Slice key = batch.group_key(g);
+    if (!positioned) {
+      it->Seek(key);
+      positioned = true;
+    } else {
+      size_t steps = 0;
+      while (it->Valid() && it->key().compare(key) < 0 && steps < max_steps) {
+        it->Next();
+        ++steps;
+      }
+      if (it->Valid() && it->key().compare(key) < 0) it->Seek(key);
+    }
+    if (!it->Valid() && !it->status().ok()) return it->status();
+    if (it->Valid() && it->key() == key) {
+      const rocksdb::Slice v = it->value();
+      rocksdb::Status st = take(g, key, &v);
+      if (!st.ok()) return st;
+    } else {
+      rocksdb::Status st = take(g, key, nullptr);
+      if (!st.ok()) return st;
+    }
+  }
+  return it->status();
+}
+
+}  // namespace
+
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
                          bool write_back) {
   rocksdb::Status st =
@@ -714,37 +849,30 @@ rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead 
     out->offsets.reserve(groups + 1);
     rocksdb::ReadOptions ro;
     rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-    std::vector<rocksdb::Slice> keys;
-    std::vector<rocksdb::PinnableSlice> vals(std::min(groups, kMultiGetChunk));
-    std::vector<rocksdb::Status> statuses(vals.size());
-    for (size_t base = 0; base < groups; base += kMultiGetChunk) {
-      const size_t m = std::min(kMultiGetChunk, groups - base);
-      keys.clear();
-      for (size_t g = base; g < base + m; ++g) keys.push_back(batch.group_key(g));
-      for (size_t i = 0; i < m; ++i) vals[i].Reset();
-      // Groups are in key order already, so RocksDB may skip its own sort.
-      db->raw()->MultiGet(ro, h, m, keys.data(), vals.data(), statuses.data(), true);
-      for (size_t i = 0; i < m; ++i) {
-        if (statuses[i].ok() && ttl != nullptr) {
-          TtlVerdict verdict;
-          rocksdb::Status st = ttl->Read(vals[i], now, how == GroupRead::kRead, &verdict,
-                                         &out->data, &rewrite);
-          if (st.ok() && verdict.write_back == TtlWriteBack::kDelete) {
-            st = writes.Delete(h, keys[i]);
-          } else if (st.ok() && verdict.write_back == TtlWriteBack::kRewrite) {
-            st = writes.Put(h, keys[i], rewrite);
-          }
-          if (!st.ok()) return st;
-          out->found[base + i] = verdict.visible ? 1 : 0;
-        } else if (statuses[i].ok()) {
-          out->found[base + i] = 1;
-          out->data.append(vals[i].data(), vals[i].size());
-        } else if (!statuses[i].IsNotFound()) {
-          return statuses[i];
+    // Group g's stored value (nullptr: none); groups come in key order.
+    auto take = [&](size_t g, const rocksdb::Slice& key,
+                    const rocksdb::Slice* value) -> rocksdb::Status {
+      if (value != nullptr && ttl != nullptr) {
+        TtlVerdict verdict;
+        rocksdb::Status st = ttl->Read(*value, now, how == GroupRead::kRead, &verdict,
+                                       &out->data, &rewrite);
+        if (st.ok() && verdict.write_back == TtlWriteBack::kDelete) {
+          st = writes.Delete(h, key);
+        } else if (st.ok() && verdict.write_back == TtlWriteBack::kRewrite) {
+          st = writes.Put(h, key, rewrite);
         }
-        out->offsets.push_back(out->data.size());
+        if (!st.ok()) return st;
+        out->found[g] = verdict.visible ? 1 : 0;
+      } else if (value != nullptr) {
+        out->found[g] = 1;
+        out->data.append(value->data(), value->size());
       }
-    }
+      out->offsets.push_back(out->data.size());
+      return rocksdb::Status::OK();
+    };
+    rocksdb::Status st = PreferDense(db, h, groups) ? DenseRead(db, h, ro, batch, take)
+                                                    : PointRead(db, h, ro, batch, take);
+    if (!st.ok()) return st;
     return writes.Count() == 0 ? rocksdb::Status::OK() : db->Write(&writes);
   });
 }

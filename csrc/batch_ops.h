@@ -111,7 +111,12 @@ class KeyBatch {
   rocksdb::Slice row_key(size_t row) const {
     return rocksdb::Slice(arena_.data() + offsets_[row], offsets_[row + 1] - offsets_[row]);
   }
-  rocksdb::Slice group_key(size_t g) const { return row_key(order_[group_start_[g]]); }
+  // The distinct keys back to back in key order: reading them in order is sequential, where
+  // row_key(order()[...]) would jump through the arena (a cache miss or two per key).
+  rocksdb::Slice group_key(size_t g) const {
+    return rocksdb::Slice(group_arena_.data() + group_offsets_[g],
+                          group_offsets_[g + 1] - group_offsets_[g]);
+  }
 
  private:
   bool BuildRows(const BatchTarget& target, const ColumnView& keys, const ColumnView* user_keys,
@@ -119,6 +124,8 @@ class KeyBatch {
   bool BuildBigint(const BatchTarget& target, const ColumnView& keys, BatchError* err);
   // Fills order_, group_of_ and group_start_ from the built keys.
   void SortRows();
+  // group_arena_ / group_offsets_ from the arena, once the groups are known.
+  void CopyGroupKeys();
   template <int W>
   void SortWords();
   // order_, group_of_ and group_start_ from n rows in sorted order: row_at(i) is the i-th,
@@ -131,6 +138,8 @@ class KeyBatch {
   std::vector<uint32_t> order_;
   std::vector<uint32_t> group_of_;
   std::vector<uint32_t> group_start_;
+  std::string group_arena_;
+  std::vector<size_t> group_offsets_;
 };
 
 // Writes into a state with TTL are stamped with the TTL time (ttl.h), as point writes are.
