@@ -76,6 +76,9 @@ def run_once(rows: int, keys: int, batches: int, partition: int, scratch: str) -
                  "arrow->numpy": (t3 - t2) * per, "put_many": (t4 - t3) * per,
                  "commit": (t5 - t4) * per}
             out.append(t)
+        ckpt_bytes = sum(os.path.getsize(os.path.join(d, f))
+                         for d, _, fs in os.walk(os.path.join(root, "ckpt")) for f in fs)
+        out[-1]["checkpoint_mb"] = ckpt_bytes / 2**20
         # the result: the running totals after the last batch, against numpy
         check = np.random.default_rng(21)
         tot_n = np.zeros(keys, np.int64)
@@ -119,7 +122,8 @@ def main(argv: list[str]) -> int:
             later = runs[1:] or runs
             mean = {s: sum(b[s] for b in later) / len(later) for s in STEPS}
             state = sum(mean[s] for s in ("get_many", "arrow->numpy", "put_many", "commit"))
-            print(f"run {r + 1}: keys per batch {[b['keys'] for b in runs]}, load "
+            print(f"run {r + 1}: keys per batch {[b['keys'] for b in runs]}, checkpoint files "
+                  f"{runs[-1]['checkpoint_mb']:.0f} MiB, load "
                   f"{os.getloadavg()[0]:.2f}: " + ", ".join(f"{s} {mean[s]:.3f}" for s in STEPS)
                   + f", state total {state:.3f} µs/key", flush=True)
             for s in STEPS:

@@ -1,8 +1,8 @@
 #include "batch_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -304,8 +304,28 @@ WordKey<W> MakeWordKey(const rocksdb::Slice& k, uint32_t row) {
 // the bytes that differ somewhere in the batch get a pass (a bigint key below 2^24 in a batch
 // needs ~4 of its 17), and each pass is two branch-free sweeps, where a comparison sort of
 // random keys mispredicts about every other branch.
+// Rows already in order after their first prefix_bytes bytes (the key group), as the sorted
+// output of np.unique or a groupby is, need the passes over those bytes only: stable passes
+// keep the order of the rest.
 template <int W>
-void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp) {
+bool SortedAfterPrefix(const std::vector<WordKey<W>>& v, int prefix_bytes) {
+  if (prefix_bytes <= 0 || prefix_bytes >= 8) return false;
+  const uint64_t mask = ~uint64_t{0} >> (8 * prefix_bytes);
+  auto less = [mask](const WordKey<W>& a, const WordKey<W>& b) {
+    if ((a.w[0] & mask) != (b.w[0] & mask)) return (a.w[0] & mask) < (b.w[0] & mask);
+    for (int i = 1; i < W; ++i) {
+      if (a.w[i] != b.w[i]) return a.w[i] < b.w[i];
+    }
+    return a.len < b.len;
+  };
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (less(v[i], v[i - 1])) return false;
+  }
+  return true;
+}
+
+template <int W>
+void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp, int prefix_bytes) {
   const size_t n = v->size();
   if (n < 2) return;
   uint64_t diff[W] = {};
@@ -314,6 +334,11 @@ void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp) {
   for (const auto& e : *v) {
     for (int i = 0; i < W; ++i) diff[i] |= e.w[i] ^ first.w[i];
     len_diff |= e.len ^ first.len;
+  }
+  if (SortedAfterPrefix(*v, prefix_bytes)) {
+    len_diff = 0;
+    for (int i = 1; i < W; ++i) diff[i] = 0;
+    diff[0] &= ~(~uint64_t{0} >> (8 * prefix_bytes));
   }
   tmp->resize(n);
   WordKey<W>* src = v->data();
@@ -353,7 +378,7 @@ void KeyBatch::SortWords() {
   if (n < 64) {
     std::sort(entries.begin(), entries.end());
   } else {
-    RadixSort<W>(&entries, &tmp);
+    RadixSort<W>(&entries, &tmp, prefix_bytes_);
   }
   Group(n, [&](size_t i) { return entries[i].row; },
         [&](size_t i) { return entries[i - 1].SameKey(entries[i]); });
@@ -438,7 +463,18 @@ void KeyBatch::SortRows() {
   }
 }
 
+bool KeyBatch::BuiltFrom(const BatchTarget& t, const ColumnView& keys) const {
+  const BatchTarget& b = bigint_target_;
+  return bigint_valid_ && b.schema == t.schema && b.prefix_bytes == t.prefix_bytes &&
+         b.max_parallelism == t.max_parallelism && b.kg_start == t.kg_start &&
+         b.kg_end == t.kg_end && b.ns_variable == t.ns_variable && bigint_ns_ == *t.ns &&
+         bigint_input_.size() == keys.size * sizeof(int64_t) &&
+         std::memcmp(bigint_input_.data(), keys.data, bigint_input_.size()) == 0;
+}
+
 bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchError* err) {
+  if (BuiltFrom(t, keys)) return true;
+  bigint_valid_ = false;
   const size_t n = keys.size;
   // A bigint key is fixed-length, so no length suffixes: every key is [kg][8 bytes][ns].
   const size_t prefix = static_cast<size_t>(t.prefix_bytes);
@@ -463,14 +499,21 @@ bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchEr
   }
   offsets_[n] = n * width;
   SortRows();
+  bigint_input_.assign(keys.data, n * sizeof(int64_t));
+  bigint_target_ = t;
+  bigint_ns_ = *t.ns;
+  bigint_target_.ns = nullptr;  // compared through bigint_ns_
+  bigint_valid_ = true;
   return true;
 }
 
 bool KeyBatch::Build(const BatchTarget& t, const ColumnView& keys, const ColumnView* user_keys,
                      Codec uk_codec, BatchError* err) {
+  prefix_bytes_ = t.prefix_bytes;
   try {
     return BuildRows(t, keys, user_keys, uk_codec, err);
   } catch (const std::bad_alloc&) {  // no exception may reach the bindings
+    bigint_valid_ = false;
     err->code = kBatchNoMemory;
     return false;
   }
@@ -489,6 +532,7 @@ bool KeyBatch::BuildRows(const BatchTarget& t, const ColumnView& keys,
   if (user_keys == nullptr && !keys.encoded && keys.kind == kColInt64 && key_codec == kI64) {
     return BuildBigint(t, keys, err);
   }
+  bigint_valid_ = false;  // the arena is rebuilt below
   CompositeKeyBuilder builder(t.prefix_bytes, t.schema->variable_length());
   std::string key, uk, scratch;
   arena_.clear();
@@ -723,34 +767,25 @@ rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
 namespace {
 
 // Reads by iteration (DenseRead) when the batch asks for at least one key in kDenseRatio of the
-// entries the column family holds: walking the entries costs a step through the merged tables
-// per entry, a sorted MultiGet a lookup per key in every table that may hold it (index search,
-// filter probe, block hash); tunable for measurements through STATEENGINE_DENSE_RATIO.
-double DenseRatio() {
-  static const double ratio = [] {
-    const char* env = std::getenv("STATEENGINE_DENSE_RATIO");
-    return env != nullptr ? std::atof(env) : 8.0;
-  }();
-  return ratio;
-}
+// entries the column family holds (RocksDB's estimate: every version and operand counts, as
+// the iterator steps over each): walking entries costs a step through the merged tables per
+// entry, a sorted MultiGet a lookup per key in every table that may hold it (index search,
+// filter probe, block hash, block cache lookup).
+constexpr double kDenseRatio = 8.0;
 constexpr size_t kDenseMinGroups = 1024;
 // A wanted key more than this many entries ahead is sought instead of stepped to.
-size_t DenseMaxSteps() {
-  static const size_t steps = [] {
-    const char* env = std::getenv("STATEENGINE_DENSE_STEPS");
-    return env != nullptr ? static_cast<size_t>(std::atol(env)) : size_t{16};
-  }();
-  return steps;
-}
+constexpr size_t kDenseMaxSteps = 16;
+std::atomic<int> g_read_mode{kReadAuto};
 
 bool PreferDense(StateDB* db, rocksdb::ColumnFamilyHandle* h, size_t groups) {
-  const double ratio = DenseRatio();
-  if (groups < kDenseMinGroups || ratio <= 0) return false;
+  const int mode = g_read_mode.load(std::memory_order_relaxed);
+  if (mode != kReadAuto) return mode == kReadScan && groups > 0;
+  if (groups < kDenseMinGroups) return false;
   uint64_t entries = 0;
   if (!db->raw()->GetIntProperty(h, rocksdb::DB::Properties::kEstimateNumKeys, &entries)) {
     return false;
   }
-  return static_cast<double>(groups) * ratio >= static_cast<double>(entries);
+  return static_cast<double>(groups) * kDenseRatio >= static_cast<double>(entries);
 }
 
 
@@ -793,7 +828,6 @@ rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::
   const rocksdb::Slice upper_slice(upper);
   ro.iterate_upper_bound = &upper_slice;
   std::unique_ptr<rocksdb::Iterator> it(db->raw()->NewIterator(ro, h));
-  const size_t max_steps = DenseMaxSteps();
   bool positioned = false;
   for (size_t g = 0; g < groups; ++g) {
     const rocksdb::Slice key = batch.group_key(g);
@@ -802,7 +836,7 @@ rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::
       positioned = true;
     } else {
       size_t steps = 0;
-      while (it->Valid() && it->key().compare(key) < 0 && steps < max_steps) {
+      while (it->Valid() && it->key().compare(key) < 0 && steps < kDenseMaxSteps) {
         it->Next();
         ++steps;
       }
@@ -822,6 +856,8 @@ rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::
 }
 
 }  // namespace
+
+int SetBatchReadMode(int mode) { return g_read_mode.exchange(mode); }
 
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
                          bool write_back) {
