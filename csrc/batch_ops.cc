@@ -777,8 +777,8 @@ constexpr size_t kDenseMinGroups = 1024;
 constexpr size_t kDenseMaxSteps = 16;
 std::atomic<int> g_read_mode{kReadAuto};
 
-bool PreferDense(StateDB* db, rocksdb::ColumnFamilyHandle* h, size_t groups) {
-  const int mode = g_read_mode.load(std::memory_order_relaxed);
+bool PreferDense(StateDB* db, rocksdb::ColumnFamilyHandle* h, size_t groups, int mode) {
+  if (mode == kReadAuto) mode = g_read_mode.load(std::memory_order_relaxed);
   if (mode != kReadAuto) return mode == kReadScan && groups > 0;
   if (groups < kDenseMinGroups) return false;
   uint64_t entries = 0;
@@ -860,15 +860,15 @@ rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::
 int SetBatchReadMode(int mode) { return g_read_mode.exchange(mode); }
 
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
-                         bool write_back) {
+                         bool write_back, int mode) {
   rocksdb::Status st =
-      GetGroups(db, cf, batch, write_back ? GroupRead::kRead : GroupRead::kReadOnly, out);
+      GetGroups(db, cf, batch, write_back ? GroupRead::kRead : GroupRead::kReadOnly, out, mode);
   if (st.ok()) db->CountReads(batch.rows());
   return st;
 }
 
 rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,
-                          BatchValues* out) {
+                          BatchValues* out, int mode) {
   const TtlState* ttl = how == GroupRead::kStored ? nullptr : db->ttl(cf).get();
   int64_t now = 0;
   if (ttl != nullptr) {
@@ -906,7 +906,7 @@ rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead 
       out->offsets.push_back(out->data.size());
       return rocksdb::Status::OK();
     };
-    rocksdb::Status st = PreferDense(db, h, groups) ? DenseRead(db, h, ro, batch, take)
+    rocksdb::Status st = PreferDense(db, h, groups, mode) ? DenseRead(db, h, ro, batch, take)
                                                     : PointRead(db, h, ro, batch, take);
     if (!st.ok()) return st;
     return writes.Count() == 0 ? rocksdb::Status::OK() : db->Write(&writes);

@@ -181,21 +181,24 @@ struct BatchValues {
   // Frees the values (the keys' batch outlives them when it is kept for reuse).
   void Release() { *this = BatchValues(); }
 };
-// In a state with TTL they are what point reads see (ttl.h), and what the reads leave behind
-// (cleanup of expired entries, refreshed stamps) is written once at the end, unless
-// write_back is false (reads of a read-modify-write, which writes every key anyway).
-rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
-                         bool write_back = true);
+
 // How batch reads fetch a batch's distinct keys: sorted MultiGets, or one forward iterator
-// for dense batches (at least one key in 8 of the column family's entries). kAuto chooses;
-// the others force one way, for tests and measurements. Process-wide; returns the old mode.
+// for dense batches (at least one key in 8 of the column family's entries). kReadAuto
+// chooses; the others force one way, for tests and measurements. Process-wide; returns the old
+// mode.
 enum BatchReadMode : int { kReadAuto = 0, kReadPoint = 1, kReadScan = 2 };
 int SetBatchReadMode(int mode);
+// In a state with TTL they are what point reads see (ttl.h), and what the reads leave behind
+// (cleanup of expired entries, refreshed stamps) is written once at the end, unless
+// write_back is false (reads of a read-modify-write, which writes every key anyway). A mode
+// other than kReadAuto reads that way, whatever SetBatchReadMode says.
+rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
+                         bool write_back = true, int mode = kReadAuto);
 // kStored: the stored bytes, timestamps included; kRead / kReadOnly: BatchGet with / without
 // write-backs.
 enum class GroupRead { kStored, kRead, kReadOnly };
 rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,
-                          BatchValues* out);
+                          BatchValues* out, int mode = kReadAuto);
 
 // Decodes the values of a BIGINT, DOUBLE or numeric ANY codec into one number per input row
 // (fill where nothing is stored). skip_map_flag reads map values: a None-valued entry counts
