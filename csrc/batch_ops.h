@@ -183,7 +183,7 @@ struct BatchValues {
 };
 
 // How batch reads fetch a batch's distinct keys: sorted MultiGets, or one forward iterator
-// for dense batches (at least one key in 8 of the column family's entries). kReadAuto
+// for dense batches (at least one key per 6 of the column family's entries). kReadAuto
 // chooses; the others force one way, for tests and measurements. Process-wide; returns the old
 // mode.
 enum BatchReadMode : int { kReadAuto = 0, kReadPoint = 1, kReadScan = 2 };
