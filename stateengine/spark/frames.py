@@ -52,6 +52,26 @@ class RowSlices:
         return rows
 
 
+def without_columns(frame: pd.DataFrame, names: Any) -> pd.DataFrame:
+    """The frame without the columns among ``names`` that it has (the same frame when it has
+    none), its other columns in order as views. ``drop(columns=...)`` costs ~130 us a call
+    and a task calls this once per Arrow batch; the internal columns Spark's routing appends
+    come last, so the usual case is a block manager's slice of the leading columns (~40 us)."""
+    columns = frame.columns
+    keep = [i for i, c in enumerate(columns) if c not in names]
+    if len(keep) == len(columns):
+        return frame
+    mgr: Any = getattr(frame, "_mgr", None)
+    if keep == list(range(len(keep))) and hasattr(pd.DataFrame, "_from_mgr") and \
+            getattr(mgr, "ndim", 0) == 2:
+        try:
+            sliced = mgr.get_slice(slice(0, len(keep)), axis=0)
+            return pd.DataFrame._from_mgr(sliced, sliced.axes)
+        except (AttributeError, TypeError):  # internals of another shape: the public path
+            pass
+    return frame.drop(columns=[c for c in columns if c in names])
+
+
 def column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
     """The frame's columns in order as 1-d numpy arrays (views), or None where that is not
     cheap and exact (extension arrays such as nullable ints or Arrow strings, another pandas
