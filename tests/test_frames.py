@@ -43,7 +43,7 @@ def test_row_slices_equal_iloc_with_a_fresh_index(start: int, stop: int) -> None
 def test_row_slices_fall_back_to_iloc_when_the_internals_differ() -> None:
     frame = _frame(8)
     rows = RowSlices(frame)
-    rows.mgr = object()  # a block manager without get_slice: the public path
+    rows.blocks = (object(),)  # blocks without slice_block_rows: the public path
     pd.testing.assert_frame_equal(rows(2, 5), frame.iloc[2:5].reset_index(drop=True))
     assert not rows.fast
 

@@ -47,7 +47,7 @@ from ..checkpoint.versions import INITIAL_STATE_DIR, VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
-from .frames import RowSlices, column_arrays, without_columns
+from .frames import FrameRun, RowSlices, without_columns
 from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
     tagged_arrow
 from .no_data_batches import attach, auto_for_processor, watermark_columns
@@ -762,52 +762,59 @@ class _FrameSink:
     """Collects the DataFrames handlers yield and hands them to Spark in large frames.
 
     Handlers typically yield one small frame per key. ``pd.concat`` over thousands of them
-    costs more than the handlers themselves, so a run of frames with the same columns is kept
-    as their column arrays and joined per column with numpy; frames of another shape or with
-    pandas extension arrays (nullable ints, Arrow strings) go through ``pd.concat``. Rows keep
-    the order the handlers yielded them in."""
+    costs more than the handlers themselves, so a run of frames of one layout is kept as their
+    blocks' arrays and joined block by block with numpy (``FrameRun``); frames of another
+    shape or with pandas extension arrays (nullable ints, Arrow strings) go through
+    ``pd.concat``. A frame is checked against the schema when it starts a run (the run's
+    other frames have its labels and dtypes). Rows keep the order the handlers yielded them
+    in."""
 
     def __init__(self, schema: T.StructType) -> None:
         self.schema = schema
         self.names = list(schema.names)
         self.check_frame = FrameCheck(schema)
         self.parts: list[pd.DataFrame] = []
-        self.columns: tuple | None = None  # the column labels of the frames in `arrays`
-        self.arrays: list[list[np.ndarray]] = []  # one list of column arrays per frame
-        self.count = 0
+        self.run: FrameRun | None = None  # the frames joined since the last part
+        self.count = 0  # rows in parts and run
 
     def add(self, result: list) -> bool:
         """Takes a handler's results (``_consume``d); True when a flush is due."""
+        run = self.run
         for frame in result:
-            if frame is None:
-                continue
-            if not isinstance(frame, pd.DataFrame):
-                raise OutputSchemaError(
-                    f"handlers of transform_with_state_in_pandas yield pandas DataFrames (as "
-                    f"Spark's transformWithStateInPandas) of {self.schema.simpleString()}, "
-                    f"got {type(frame).__name__}")
-            n = len(frame)
-            arrays = column_arrays(frame) if n else None
-            labels = tuple(frame.columns)
-            self.check_frame(frame, arrays, labels)
-            if not n:
-                continue
-            self.count += n
-            if arrays is None or labels != self.columns:
-                self._close_run()
-                if arrays is None or len(set(labels)) != len(labels):
-                    self.parts.append(frame)
+            if run is not None and type(frame) is pd.DataFrame:
+                n = run.take(frame)
+                if n >= 0:
+                    self.count += n
                     continue
-                self.columns = labels
-            self.arrays.append(arrays)
+            if frame is not None:
+                run = self._new_layout(frame)
         return self.count >= _FLUSH_ROWS
 
+    def _new_layout(self, frame: Any) -> FrameRun | None:
+        """Checks a frame the current run did not take; starts a run with it or keeps it as a
+        part of its own. The run after it."""
+        if not isinstance(frame, pd.DataFrame):
+            raise OutputSchemaError(
+                f"handlers of transform_with_state_in_pandas yield pandas DataFrames (as "
+                f"Spark's transformWithStateInPandas) of {self.schema.simpleString()}, "
+                f"got {type(frame).__name__}")
+        run = FrameRun.start(frame)
+        self.check_frame(frame, None, tuple(run.labels) if run else tuple(frame.columns))
+        n = len(frame)
+        if not n:  # nothing to join: the current run goes on
+            return self.run
+        self._close_run()
+        self.count += n
+        if run is not None and run.take(frame) >= 0:
+            self.run = run
+        else:
+            self.parts.append(frame)
+        return self.run
+
     def _close_run(self) -> None:
-        if self.arrays:
-            self.parts.append(pd.DataFrame(
-                {label: np.concatenate(arrays) for label, arrays in
-                 zip(self.columns, zip(*self.arrays))}, copy=False))
-        self.columns, self.arrays = None, []
+        if self.run is not None and self.run.rows:
+            self.parts.append(self.run.frame())
+        self.run = None
 
     def flush(self) -> Iterator[pd.DataFrame]:
         self._close_run()
