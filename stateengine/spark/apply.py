@@ -282,18 +282,20 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str], partition_id:
             continue
         check_no_null_keys(pdf, cols)
         starts = _run_starts(pdf, cols)
-        key_values = [pdf[c].tolist() for c in cols]
+        # each key once, as pandas gives a column's values (Series.tolist: Python scalars,
+        # Timestamps), read at the first row of its run only
+        firsts = [pdf[c].take(starts).tolist() for c in cols]
+        keys = firsts[0] if len(cols) == 1 else list(zip(*firsts))
         bounds = starts.tolist() + [len(pdf)]
         rows = RowSlices(pdf)  # frames indexed 0..n-1, as Spark's grouped pandas UDFs get them
         if chunk is None:
-            for s, e in zip(bounds[:-2], bounds[1:-1]):
-                yield _key_at(key_values, s), rows(s, e)
+            for key, s, e in zip(keys[:-1], bounds[:-2], bounds[1:-1]):
+                yield key, rows(s, e)
         else:
-            for s, e in zip(bounds[:-2], bounds[1:-1]):
-                yield _key_at(key_values, s), ((rows(s, e),) if e - s <= chunk
-                                               else _chunks(rows, s, e, chunk))
+            for key, s, e in zip(keys[:-1], bounds[:-2], bounds[1:-1]):
+                yield key, ((rows(s, e),) if e - s <= chunk else _chunks(rows, s, e, chunk))
         # the last key may go on in the next batch
-        carry_key, carry = _key_at(key_values, bounds[-2]), rows(bounds[-2], len(pdf))
+        carry_key, carry = keys[-1], rows(bounds[-2], len(pdf))
     if carry is not None and len(carry):
         n = len(carry)
         yield carry_key, (carry if chunk is None else (carry,) if n <= chunk
@@ -338,12 +340,6 @@ def _chunks(rows: RowSlices, start: int, stop: int, chunk: int) -> Iterator[pd.D
     """Rows start..stop-1 as frames of at most ``chunk`` rows, each indexed 0..n-1."""
     for s in range(start, stop, chunk):
         yield rows(s, min(s + chunk, stop))
-
-
-def _key_at(key_values: list[list[Any]], i: int) -> Any:
-    if len(key_values) == 1:
-        return key_values[0][i]
-    return tuple(k[i] for k in key_values)
 
 
 TaskBody = Callable[[TaskState, Iterator[Any]], Iterator[pd.DataFrame]]
