@@ -14,6 +14,7 @@ batches does (the next batch then restores that partition).
     python bench/harness_speed.py
     python bench/harness_speed.py --sizes 20x100,2000x10000 --batches 7
     python bench/harness_speed.py --harness-only --batches 100 --warmup 5
+    python bench/harness_speed.py --harness-only --no-shm   # state on the temporary folder's disk
 
 Spark runs on local[2] with 2 shuffle partitions, the harness with 2 partitions. Results go
 to bench/results/harness-speed.json.
@@ -142,6 +143,9 @@ def main() -> None:
     p.add_argument("--harness-only", action="store_true",
                    help="the harness variants alone, no SparkSession: to compare two versions "
                         "of the harness over many batches (--batches 100 --warmup 5)")
+    p.add_argument("--no-shm", action="store_true",
+                   help="the harnesses keep their state in the default temporary folder, as "
+                        "where /dev/shm is missing or small (a container's), not in /dev/shm")
     args = p.parse_args()
     if args.out is None and not args.harness_only:
         args.out = os.path.join(HERE, "results", "harness-speed.json")
@@ -152,6 +156,10 @@ def main() -> None:
         [ROOT, HERE] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
     from pyspark.sql import SparkSession
 
+    if args.no_shm:
+        from stateengine.testing import harness
+
+        harness._memory_dir = lambda: None
     load_before = [round(x, 2) for x in os.getloadavg()]
     root = tempfile.mkdtemp(prefix="stateengine-harness-bench-")
     if args.harness_only:
@@ -182,6 +190,7 @@ def _report(args: argparse.Namespace, runs: list[dict], load_before: list[float]
     if args.out is None:
         return
     report = {"batches": args.batches, "warmup": args.warmup, "partitions": PARTITIONS,
+              "no_shm": args.no_shm,
               "sizes": runs, "load_before": load_before, "load_after": load_after}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

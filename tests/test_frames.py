@@ -1,13 +1,14 @@
 """frames.py: per-key row slices and output column arrays read off pandas' block manager must
 be exactly what pandas' public API gives, for every dtype pandas keeps in a block."""
 
+import types
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from stateengine.spark.frames import RowSlices, column_arrays
+from stateengine.spark.frames import RowSlices, column_arrays, without_columns
 
 
 def _frame(n: int = 50) -> pd.DataFrame:
@@ -65,6 +66,45 @@ def test_column_arrays_refuse_extension_columns(column: str) -> None:
     # nullable ints, zoned timestamps and categoricals have no exact numpy array: the caller
     # takes such frames through pd.concat
     assert column_arrays(_frame()[["i", column]]) is None
+
+
+INTERNAL = ("__se_kg", "__se_pid", "__se_route", "__se_marker")
+
+
+@pytest.mark.parametrize("order", ["last", "middle", "first", "none"])
+def test_without_columns_equals_drop(order: str) -> None:
+    frame = _frame(12)
+    n = len(frame)
+    extra = {"__se_kg": np.arange(n, dtype=np.int32), "__se_pid": np.zeros(n, np.int32)}
+    cols = list(frame.columns)
+    if order == "last":
+        frame = frame.assign(**extra)
+    elif order != "none":
+        at = 0 if order == "first" else 3
+        for i, (name, values) in enumerate(extra.items()):
+            frame.insert(at + i, name, values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = without_columns(frame, INTERNAL)
+    pd.testing.assert_frame_equal(got, frame.drop(columns=[c for c in INTERNAL
+                                                          if c in frame.columns]))
+    assert list(got.columns) == cols
+    if order == "none":
+        assert got is frame  # nothing to leave out: no new frame
+    else:
+        got["added"] = 1  # a column added to the result stays there
+        assert "added" not in frame.columns
+
+
+def test_without_columns_falls_back_to_drop_when_the_internals_differ(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    frame = _frame(6).assign(__se_pid=np.zeros(6, np.int32))
+    expected = frame.drop(columns=["__se_pid"])
+    from stateengine.spark import frames
+
+    # a pandas without DataFrame._from_mgr (other internals): the public path
+    monkeypatch.setattr(frames, "pd", types.SimpleNamespace(DataFrame=object))
+    pd.testing.assert_frame_equal(without_columns(frame, INTERNAL), expected)
 
 
 def test_groups_of_sorted_batches_are_whole_keys_indexed_from_zero() -> None:

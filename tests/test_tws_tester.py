@@ -106,8 +106,12 @@ def test_processing_time_harness_matches_spark_where_tws_tester_differs(probe_in
     spark_inputs = [[r for r in b.rows if r[1] == "input"] for b in data]
     tester_inputs = [[r for r in tester[b.batch_id][0] if r[1] == "input"] for b in data]
 
-    # init(): in every task of every batch in Spark (and the harness), once in TwsTester
-    assert harness_inits == spark_inits >= PARTITIONS * len(batches)
+    # init(): on the driver when the query starts (the states' schemas) and in every task of
+    # every batch in Spark (and the harness), once in TwsTester. Spark's query is stopped
+    # after the batches recorded; a batch it had started by then (a trigger a second) may
+    # have run init() in some of its tasks without committing.
+    assert harness_inits == 1 + PARTITIONS * len(batches)
+    assert harness_inits <= spark_inits <= harness_inits + PARTITIONS
     assert len(glob.glob(f"{tester_folder}/init-*")) == 1
     # a fresh processor per task: the handler's own counter starts over in every batch
     assert [r[2] for rows in spark_inputs for r in rows] == [1, 1, 1]

@@ -103,6 +103,31 @@ def forget_verifications() -> None:
         _VERIFIED.clear()
 
 
+# Local directories whose checkpoints need not survive a crash of the machine: a test
+# harness's throwaway state (stateengine.testing). Commits there skip fsync, which on a disk
+# is most of a small commit; the renames that publish a file whole stay.
+_UNSYNCED: set[str] = set()
+_unsynced_lock = threading.Lock()
+
+
+def skip_syncs(directory: str, skip: bool = True) -> None:
+    """While ``skip``, local storage opened under ``directory`` afterwards writes without
+    fsync of its files and directories (a crash of the machine may lose what it wrote; a
+    process that fails loses nothing, and readers still see a file whole or not at all).
+    For stateengine.testing's throwaway checkpoints: every other storage syncs."""
+    root = os.path.abspath(directory).rstrip("/")
+    with _unsynced_lock:
+        if skip:
+            _UNSYNCED.add(root)
+        else:
+            _UNSYNCED.discard(root)
+
+
+def _synced(root: str) -> bool:
+    with _unsynced_lock:
+        return not any(root == d or root.startswith(d + "/") for d in _UNSYNCED)
+
+
 # URI schemes resolved by a registered factory instead of pyarrow.fs.FileSystem.from_uri: for
 # file systems pyarrow cannot build from a URI alone (and for tests of the non-local path).
 _SCHEMES: dict[str, Callable[[str], tuple[pafs.FileSystem, str]]] = {}
@@ -168,6 +193,8 @@ class CheckpointStorage:
         if self.retrier is None and not self.is_local:
             self.retrier = Retrier()
         self._real_root: str | None = None  # realpath of the root, once it exists
+        # fsync what it writes (all storage but a test harness's throwaway directory)
+        self.sync = not self.is_local or _synced(self.root)
 
     def __repr__(self) -> str:
         return f"CheckpointStorage({self.location!r})"
@@ -326,10 +353,12 @@ class CheckpointStorage:
             if self.is_local:
                 with open(tmp, "wb") as f:
                     f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    if self.sync:
+                        f.flush()
+                        os.fsync(f.fileno())
                 os.replace(tmp, final)
-                _fsync_dir(os.path.dirname(final))
+                if self.sync:
+                    _fsync_dir(os.path.dirname(final))
             elif self.is_object_store:
                 self._put_object(rel, final, lambda out: out.write(data), len(data))
             else:
@@ -360,7 +389,8 @@ class CheckpointStorage:
             if self.is_local:
                 if not (link and _hard_link(local_file, tmp)):
                     shutil.copyfile(local_file, tmp)
-                _fsync_file(tmp)
+                if self.sync:
+                    _fsync_file(tmp)
                 os.replace(tmp, final)
             elif self.is_object_store:
                 self._put_object(rel, final, copy, size)

@@ -44,7 +44,7 @@ from .batch import query_storage
 from .context import BatchContext, GroupContext
 from .metrics import internal_schema, metrics_frame, observe_state, tagged
 from .no_data_batches import attach, auto_for_apply
-from .frames import RowSlices
+from .frames import RowSlices, without_columns
 from .evolution_check import check_evolution
 from .output_schema import FrameCheck, check_rows, rows_error
 from .routing import INTERNAL_COLS, KG_COL, check_no_null_keys, default_num_partitions, \
@@ -242,8 +242,7 @@ class _Output:
 
 
 def _data_rows(pdf: pd.DataFrame, partition_id: int) -> pd.DataFrame:
-    pdf = partition_rows(pdf, partition_id)
-    return pdf.drop(columns=[c for c in INTERNAL_COLS if c in pdf.columns])
+    return without_columns(partition_rows(pdf, partition_id), INTERNAL_COLS)
 
 
 def _whole_partition(batches: Iterable[pd.DataFrame], cols: list[str],
@@ -277,7 +276,7 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str], partition_id:
         pdf = _data_rows(raw, partition_id)
         if carry is not None and len(carry):
             pdf = pd.concat([carry, pdf], ignore_index=True)
-        else:
+        elif not _positional(pdf.index):
             pdf = pdf.reset_index(drop=True)
         if not len(pdf):
             continue
@@ -301,6 +300,11 @@ def _iter_groups(batches: Iterable[pd.DataFrame], cols: list[str], partition_id:
         n = len(carry)
         yield carry_key, (carry if chunk is None else (carry,) if n <= chunk
                           else _chunks(RowSlices(carry), 0, n, chunk))
+
+
+def _positional(index: pd.Index) -> bool:
+    """Whether an index is already 0..n-1 (as Arrow's conversion gives it): no reset needed."""
+    return type(index) is pd.RangeIndex and index.start == 0 and index.step == 1
 
 
 # dtypes whose adjacent values compare as groupby groups them (no nulls reach here): numbers,

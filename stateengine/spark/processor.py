@@ -47,7 +47,7 @@ from ..checkpoint.versions import INITIAL_STATE_DIR, VersionCatalog
 from ..errors import KeyTypeError, OutputSchemaError, ProcessorUsageError, StateEngineError
 from ..keygroups import DEFAULT_MAX_PARALLELISM
 from .apply import _batch_facts, _iter_groups, _schema, _sorted_by_key, config_from_facts
-from .frames import FrameRun, RowSlices
+from .frames import FrameRun, RowSlices, without_columns
 from .metrics import internal_schema, metrics_batch, metrics_frame, observe_state, tagged, \
     tagged_arrow
 from .no_data_batches import attach, auto_for_processor, watermark_columns
@@ -630,7 +630,7 @@ class _TaskRun:
             return pdf
         if self.late_before_us is not None and len(pdf):
             pdf = pdf[pdf[EVENT_COL].to_numpy() > self.late_before_us]
-        return pdf.drop(columns=[EVENT_COL])
+        return without_columns(pdf, (EVENT_COL,))
 
     def without_late_arrow(self, table: Any) -> Any:
         import pyarrow.compute as pc

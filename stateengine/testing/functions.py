@@ -28,11 +28,12 @@ class _FunctionHarness(Harness):
                  on_timer: Callable[..., Any] | None, *, input_schema: Any,
                  num_partitions: int, max_parallelism: int, operator_id: str, time_zone: str,
                  allow_pickle: bool, max_records_per_batch: int,
-                 directory: str | None) -> None:
+                 directory: str | None, fsync: bool | None = None) -> None:
         super().__init__(key, schema, input_schema=input_schema,
                          num_partitions=num_partitions, max_parallelism=max_parallelism,
                          operator_id=operator_id, time_zone=time_zone,
-                         max_records_per_batch=max_records_per_batch, directory=directory)
+                         max_records_per_batch=max_records_per_batch, directory=directory,
+                         fsync=fsync)
         names = [d.name for d in states]
         if len(set(names)) != len(names):
             raise ValueError(f"state names must be unique, got {names}")
@@ -129,7 +130,8 @@ class ApplyHarness(_FunctionHarness):
     """Runs an ``apply_with_state`` function (``func(key, rows, ctx)`` per key, ``on_timer``
     for due timers) batch by batch in this process, with no SparkSession or JVM; arguments as
     in ``apply_with_state``, plus ``input_schema`` (default: inferred from the first batch),
-    ``time_zone`` (Spark's session time zone) and ``max_records_per_batch``."""
+    ``time_zone`` (Spark's session time zone), ``max_records_per_batch``, ``directory`` and
+    ``fsync`` (see ``ProcessorHarness``)."""
 
     def __init__(self, func: Callable[..., Any], key: str | Sequence[str], schema: Any,
                  states: Sequence[StateDescriptor], *,
@@ -138,12 +140,12 @@ class ApplyHarness(_FunctionHarness):
                  operator_id: str = "default", time_zone: str = "UTC",
                  allow_pickle: bool = False,
                  max_records_per_batch: int = DEFAULT_MAX_RECORDS,
-                 directory: str | None = None) -> None:
+                 directory: str | None = None, fsync: bool | None = None) -> None:
         super().__init__(func, key, schema, states, True, on_timer, input_schema=input_schema,
                          num_partitions=num_partitions, max_parallelism=max_parallelism,
                          operator_id=operator_id, time_zone=time_zone,
                          allow_pickle=allow_pickle, max_records_per_batch=max_records_per_batch,
-                         directory=directory)
+                         directory=directory, fsync=fsync)
 
 
 class MapHarness(_FunctionHarness):
@@ -156,9 +158,9 @@ class MapHarness(_FunctionHarness):
                  operator_id: str = "default", time_zone: str = "UTC",
                  allow_pickle: bool = False,
                  max_records_per_batch: int = DEFAULT_MAX_RECORDS,
-                 directory: str | None = None) -> None:
+                 directory: str | None = None, fsync: bool | None = None) -> None:
         super().__init__(func, key, schema, states, False, None, input_schema=input_schema,
                          num_partitions=num_partitions, max_parallelism=max_parallelism,
                          operator_id=operator_id, time_zone=time_zone,
                          allow_pickle=allow_pickle, max_records_per_batch=max_records_per_batch,
-                         directory=directory)
+                         directory=directory, fsync=fsync)

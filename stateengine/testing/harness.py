@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 from pyspark.sql import types as T
 
-from ..checkpoint.storage import CheckpointStorage
+from ..checkpoint.storage import CheckpointStorage, skip_syncs
 from ..checkpoint.versions import VersionCatalog
 from ..keygroups import KeyGroupRange, check_max_parallelism
 from ..spark.routing import key_codecs_for, key_columns
@@ -44,8 +44,8 @@ _PRUNE_EVERY = 10
 
 def _memory_dir() -> str | None:
     """A memory-backed folder for the harness's throwaway state where the machine has one
-    with room to spare (/dev/shm): a commit's fsyncs cost nothing there, and they are most of
-    a small batch's time on a disk. None: the default temporary folder."""
+    with room to spare (/dev/shm): file system calls cost less there than on a disk. None:
+    the default temporary folder."""
     try:
         st = os.statvfs("/dev/shm")
     except OSError:
@@ -89,7 +89,8 @@ class Harness:
 
     def __init__(self, key: str | list[str], output_schema: Any, *, input_schema: Any,
                  num_partitions: int, max_parallelism: int, operator_id: str, time_zone: str,
-                 max_records_per_batch: int, directory: str | None) -> None:
+                 max_records_per_batch: int, directory: str | None,
+                 fsync: bool | None = None) -> None:
         self.key_cols = key_columns(key)
         self.output_schema = convert.struct_of(output_schema)
         self.input_schema = None if input_schema is None else convert.struct_of(input_schema)
@@ -101,6 +102,12 @@ class Harness:
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="stateengine-harness-",
                                                        dir=_memory_dir())
+        # its own temporary directory is thrown away on close: no commit there needs to
+        # survive a crash of the machine, so none waits for fsync (most of a small commit
+        # on a disk: a temporary directory lands on one where /dev/shm is small)
+        self.fsync = not self._own_directory if fsync is None else bool(fsync)
+        if not self.fsync:
+            skip_syncs(self.directory)
         self.checkpoint = CheckpointStorage(os.path.join(self.directory, "checkpoint")).uri
         self.local_dir = os.path.join(self.directory, "local")
         # the next batch's id (= the version its tasks load): a directory that a closed
@@ -229,6 +236,8 @@ class Harness:
         drop_cached(self.checkpoint)
         if self._own_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+        if not self.fsync:
+            skip_syncs(self.directory, False)
 
     def __enter__(self) -> "Harness":
         return self

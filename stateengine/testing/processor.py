@@ -44,7 +44,10 @@ class ProcessorHarness(Harness):
     query has. ``watermark_delay_ms`` makes the harness move the watermark as Spark's
     ``withWatermark(col, delay)`` does (the largest event time of the batches before, minus the
     delay) when ``run_batch`` is not given one. Times are int ms (or datetimes; naive ones in
-    ``time_zone``, Spark's session time zone).
+    ``time_zone``, Spark's session time zone). State lives in ``directory`` (default: a
+    temporary one, removed on close); ``fsync`` says whether commits there fsync their files
+    as the Spark path's do (default: not in the harness's own temporary directory, whose
+    state no crash of the machine needs to survive; yes in a given ``directory``).
     """
 
     def __init__(self, processor: Any, grouping: str | list[str], output_schema: Any, *,
@@ -54,7 +57,7 @@ class ProcessorHarness(Harness):
                  watermark_delay_ms: int | None = None, num_partitions: int = 2,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, operator_id: str = "default",
                  time_zone: str = "UTC", max_records_per_batch: int = DEFAULT_MAX_RECORDS,
-                 directory: str | None = None) -> None:
+                 directory: str | None = None, fsync: bool | None = None) -> None:
         _check_processor(processor)
         from ..spark.processor_handle import time_mode_name
 
@@ -69,7 +72,8 @@ class ProcessorHarness(Harness):
         super().__init__(grouping, output_schema, input_schema=input_schema,
                          num_partitions=num_partitions, max_parallelism=max_parallelism,
                          operator_id=operator_id, time_zone=time_zone,
-                         max_records_per_batch=max_records_per_batch, directory=directory)
+                         max_records_per_batch=max_records_per_batch, directory=directory,
+                         fsync=fsync)
         self.processor = processor
         self.flavour = flavour
         self.time_mode = mode
