@@ -114,6 +114,10 @@ def use(requested: str | None, rebuild: bool, script: str) -> str:
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         env["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
+        # Spark starts its Python workers as `python -m pyspark.daemon` in this process's working
+        # directory, and `-m` puts that directory first on sys.path: run from the repository,
+        # the workers imported its in-place build (Debian's RocksDB) instead of the root above.
+        env["PYTHONSAFEPATH"] = "1"
         # numpy's OpenBLAS threads spin after use; on 2 cores they steal time from every case
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         sys.stdout.flush()
@@ -124,6 +128,26 @@ def use(requested: str | None, rebuild: bool, script: str) -> str:
     if not os.path.abspath(stateengine.__file__).startswith(expected + os.sep):
         raise SystemExit(f"bench: imported {stateengine.__file__}, expected a build under {expected}")
     return build
+
+
+def check_workers(spark, build: str) -> str:
+    """The extension Spark's Python workers import (a one-row job); raises SystemExit unless it
+    is the build this process runs on."""
+    import stateengine._native as native
+
+    def where(frames):
+        import pandas as pd
+
+        import stateengine._native as worker_native
+
+        for _ in frames:
+            yield pd.DataFrame({"path": [worker_native.__file__]})
+
+    path = spark.range(1).mapInPandas(where, "path string").collect()[0]["path"]
+    if os.path.realpath(path) != os.path.realpath(native.__file__):
+        raise SystemExit(f"bench: Spark's Python workers import {path}, this process "
+                         f"{native.__file__} ({build})")
+    return path
 
 
 def describe(build: str) -> dict[str, str]:

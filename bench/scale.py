@@ -528,6 +528,8 @@ def main(argv: list[str]) -> int:
             variants = args.variants.split(",")
             spark = session()
             try:
+                doc["worker_extension"] = os.path.relpath(builds.check_workers(spark, build),
+                                                          os.path.dirname(HERE))
                 warm = tempfile.mkdtemp(dir=scratch)  # worker start-up, imports: not recorded
                 run_size(spark, warm, 20_000, 2_000, 2, 1, variants, False)
                 doc["sizes"] = []

@@ -111,14 +111,23 @@ class KeyBatch {
   rocksdb::Slice row_key(size_t row) const {
     return rocksdb::Slice(arena_.data() + offsets_[row], offsets_[row + 1] - offsets_[row]);
   }
-  rocksdb::Slice group_key(size_t g) const { return row_key(order_[group_start_[g]]); }
+  // The distinct keys back to back in key order: reading them in order is sequential, where
+  // row_key(order()[...]) would jump through the arena (a cache miss or two per key).
+  rocksdb::Slice group_key(size_t g) const {
+    return rocksdb::Slice(group_arena_.data() + group_offsets_[g],
+                          group_offsets_[g + 1] - group_offsets_[g]);
+  }
 
  private:
   bool BuildRows(const BatchTarget& target, const ColumnView& keys, const ColumnView* user_keys,
                  Codec uk_codec, BatchError* err);
   bool BuildBigint(const BatchTarget& target, const ColumnView& keys, BatchError* err);
+  // True if the batch holds what BuildBigint would build from (target, keys) now.
+  bool BuiltFrom(const BatchTarget& target, const ColumnView& keys) const;
   // Fills order_, group_of_ and group_start_ from the built keys.
   void SortRows();
+  // group_arena_ / group_offsets_ from the arena, once the groups are known.
+  void CopyGroupKeys();
   template <int W>
   void SortWords();
   // order_, group_of_ and group_start_ from n rows in sorted order: row_at(i) is the i-th,
@@ -131,6 +140,15 @@ class KeyBatch {
   std::vector<uint32_t> order_;
   std::vector<uint32_t> group_of_;
   std::vector<uint32_t> group_start_;
+  int prefix_bytes_ = 0;  // the key-group prefix's bytes
+  // What BuildBigint last built from (the bigint column's bytes and the target), so building
+  // the same keys again (put_many of the keys get_many just read) keeps what is built.
+  bool bigint_valid_ = false;
+  std::string bigint_input_;
+  BatchTarget bigint_target_;
+  std::string bigint_ns_;
+  std::string group_arena_;
+  std::vector<size_t> group_offsets_;
 };
 
 // Writes into a state with TTL are stamped with the TTL time (ttl.h), as point writes are.
@@ -160,17 +178,27 @@ struct BatchValues {
   rocksdb::Slice value(size_t g) const {
     return rocksdb::Slice(data.data() + offsets[g], offsets[g + 1] - offsets[g]);
   }
+  // Frees the values (the keys' batch outlives them when it is kept for reuse).
+  void Release() { *this = BatchValues(); }
 };
+
+// How batch reads fetch a batch's distinct keys: sorted MultiGets, or one forward iterator
+// for dense batches (at least one key per 6 of the column family's entries). kReadAuto
+// chooses; the others force one way, for tests and measurements. Process-wide; returns the old
+// mode.
+enum BatchReadMode : int { kReadAuto = 0, kReadPoint = 1, kReadScan = 2 };
+int SetBatchReadMode(int mode);
 // In a state with TTL they are what point reads see (ttl.h), and what the reads leave behind
 // (cleanup of expired entries, refreshed stamps) is written once at the end, unless
-// write_back is false (reads of a read-modify-write, which writes every key anyway).
+// write_back is false (reads of a read-modify-write, which writes every key anyway). A mode
+// other than kReadAuto reads that way, whatever SetBatchReadMode says.
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
-                         bool write_back = true);
+                         bool write_back = true, int mode = kReadAuto);
 // kStored: the stored bytes, timestamps included; kRead / kReadOnly: BatchGet with / without
 // write-backs.
 enum class GroupRead { kStored, kRead, kReadOnly };
 rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,
-                          BatchValues* out);
+                          BatchValues* out, int mode = kReadAuto);
 
 // Decodes the values of a BIGINT, DOUBLE or numeric ANY codec into one number per input row
 // (fill where nothing is stored). skip_map_flag reads map values: a None-valued entry counts

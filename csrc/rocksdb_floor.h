@@ -12,7 +12,7 @@ namespace stateengine {
 
 enum FloorOp : int {
   kFloorPointGet = 0,    // one Get per row, in input order: a scalar loop without Python
-  kFloorMultiGet = 1,    // one sorted MultiGet over the distinct keys, as BatchGet does
+  kFloorMultiGet = 1,    // one sorted MultiGet over the distinct keys, as BatchGet does for sparse batches
   kFloorPointPut = 2,    // one Put per row, in input order
   kFloorWriteBatch = 3,  // one sorted WriteBatch of puts, as BatchPut does
 };

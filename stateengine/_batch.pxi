@@ -405,7 +405,12 @@ cdef int _raise_batch_error(NativeState s, const CBatchError& err, object keys, 
 cdef _Batch _build(NativeState s, object keys, object user_keys, CCodec uk_codec):
     """Encodes, hashes, range-checks and sorts the keys of a batch (GIL released)."""
     cdef NativeBackend be = s._backend
-    cdef _Batch b = _Batch()
+    cdef _Batch b
+    if s._keys_memo is not None:
+        b = <_Batch>s._keys_memo  # taken, so no other call (or thread) shares it
+        s._keys_memo = None
+    else:
+        b = _Batch()
     cdef _Column kcol, ucol = None
     cdef const CColumnView* uview = NULL
     cdef CBatchTarget target
@@ -446,11 +451,31 @@ cdef _Batch _build(NativeState s, object keys, object user_keys, CCodec uk_codec
     return b
 
 
+cdef object _keep_keys(NativeState s, _Batch b, object result):
+    """Keeps b's built keys (not its values) for the state's next batch call; returns result."""
+    b.vals.Release()
+    b.keys = None
+    s._keys_memo = b
+    return result
+
+
 cdef object _values_source(_Batch b, object values):
     src = _source(values)
     if len(src) != b.n:
         raise ValueError(f"{b.n} keys but {len(src)} values; pass one value per key")
     return src
+
+
+BATCH_READ_MODES = ("auto", "point", "scan")
+
+
+def _set_batch_read_mode(str mode) -> str:
+    """How batch reads fetch keys, process-wide: "auto" (scan dense batches with one iterator,
+    MultiGet the others), "point" or "scan" (forced, for tests and measurements). Returns the
+    previous mode."""
+    if mode not in BATCH_READ_MODES:
+        raise ValueError(f"batch read mode {mode!r}: one of {', '.join(BATCH_READ_MODES)}")
+    return BATCH_READ_MODES[CSetBatchReadMode(BATCH_READ_MODES.index(mode))]
 
 
 cdef int _read(NativeState s, _Batch b, bint write_back=True) except -1:
@@ -539,12 +564,12 @@ def _value_get_many(NativeValueState s, keys):
         if b.n == 0:
             return _empty_rows(s._vrow, False), _np_empty(0, dtype=np.bool_)
         _read(s, b)
-        return _rows_result(s, s._vrow, b, kStoredValue, s._default)
+        return _keep_keys(s, b, _rows_result(s, s._vrow, b, kStoredValue, s._default))
     if b.n == 0:
         return _empty_result(s, typed)
     _read(s, b)
     if typed:
-        return _typed_result(s, b, False, s._default)
+        return _keep_keys(s, b, _typed_result(s, b, False, s._default))
     out = _np_empty(b.n, dtype=object)
     found = _np_empty(b.n, dtype=np.bool_)
     cdef object[::1] ov = out

@@ -33,6 +33,9 @@ cdef class NativeState:
     cdef GateRef _gate_ref  # _gate, borrowed, for the decoders
     cdef bint _ttl  # the state has TTL: StateDB stamps, checks and strips (csrc/ttl.h)
     cdef RowCodec _vrow     # the value schema of a typed state (kStruct), else None
+    # The _Batch of the last get_many, its keys built and sorted: the next batch call takes it,
+    # and KeyBatch::Build keeps what it holds if the keys are the same (get, then put).
+    cdef object _keys_memo
     cdef readonly object descriptor
     """The descriptor this state was registered with."""
     cdef readonly str name

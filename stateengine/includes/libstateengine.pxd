@@ -336,6 +336,7 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
         vector[uint8_t] found
         string data
         vector[size_t] offsets
+        void Release()
 
     cbool CCanEncodeColumn "stateengine::CanEncodeColumn"(int, cbool, CCodec, cbool)
     cbool CCanMergeNumbers "stateengine::CanMergeNumbers"(int, CCodec)
@@ -346,6 +347,7 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
         CBatchError*)
     CStatus CBatchMergeList "stateengine::BatchMergeList"(
         CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CBatchError*)
+    int CSetBatchReadMode "stateengine::SetBatchReadMode"(int)
     CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*,
                                               cbool)
     cbool CScatterInt64 "stateengine::ScatterInt64"(const CKeyBatch&, const CBatchValues&, CCodec,
