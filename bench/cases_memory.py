@@ -25,7 +25,11 @@ import subprocess
 import sys
 import time
 
-from harness import Bench, Result, timed_case
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # also as a child script, which PYTHONSAFEPATH (builds.py) leaves off
+    sys.path.insert(0, HERE)
+
+from harness import Bench, Result, timed_case  # noqa: E402
 
 MiB = 1 << 20
 VALUE_BYTES = 1000
