@@ -9,10 +9,11 @@ four rows per key, pandas' general paths (``iloc`` plus a new index: ~8 us; ``_m
   the frame's blocks, a fresh ``RangeIndex``), built from the block manager's row slice;
 * ``column_arrays(frame)`` is a frame's columns as 1-d numpy arrays, read off its blocks;
 * ``without_columns(frame, names)`` leaves out the internal columns routing appends (once
-  per Arrow batch of a task), as a slice of the manager's leading columns.
+  per Arrow batch of a task), as a slice of the manager's leading columns;
+* ``FrameRun`` joins handlers' output frames of one layout block by block.
 
-Both fall back to pandas' public API (``iloc``, ``None`` for "take the slow path") on a pandas
-whose internals differ, so a pandas upgrade costs speed, never correctness.
+Each falls back to pandas' public API (``iloc``, ``drop``, ``None`` for "take the slow path")
+on a pandas whose internals differ, so a pandas upgrade costs speed, never correctness.
 """
 
 from __future__ import annotations
@@ -89,14 +90,8 @@ def column_arrays(frame: pd.DataFrame) -> list[np.ndarray] | None:
         blocks = mgr.blocks
         out: list[Any] = [None] * len(mgr.items)
         for block in blocks:
-            values = block.values
-            if type(values) is not np.ndarray:  # naive datetimes: their datetime64 array
-                if getattr(values, "tz", None) is not None:
-                    return None
-                values = getattr(values, "_ndarray", None)
-                if type(values) is not np.ndarray or values.dtype.kind not in "mM":
-                    return None
-            if values.ndim != 2:
+            values = _block_array(block)
+            if values is None:
                 return None
             locs = block.mgr_locs.indexer
             if isinstance(locs, slice):  # list(2-d array): its rows as 1-d views
