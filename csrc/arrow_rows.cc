@@ -7,7 +7,6 @@
 #include <new>
 
 #include "codec.h"
-#include "prefetch.h"
 
 namespace stateengine {
 namespace {
@@ -723,17 +722,9 @@ bool DecodeBatchToArrow(const RowSchema& schema, const RowVersions* versions,
                         const std::string* fill, ArrowArray* out, uint8_t* found,
                         RowError* err) {
   const auto& group_of = batch.group_of();
-  const size_t rows = batch.rows();
-  for (size_t r = 0; r < rows; ++r) found[r] = values.found[group_of[r]];
-  // Rows are decoded in input order, values lie in key order (prefetch.h).
-  return Decode(schema, versions, rows, layout, fill,
+  for (size_t r = 0; r < batch.rows(); ++r) found[r] = values.found[group_of[r]];
+  return Decode(schema, versions, batch.rows(), layout, fill,
                 [&](size_t r, rocksdb::Slice* v) {
-                  if (r + 2 * kPrefetchRows < rows) {
-                    Prefetch(values.offsets.data() + group_of[r + 2 * kPrefetchRows]);
-                  }
-                  if (r + kPrefetchRows < rows) {
-                    Prefetch(values.data.data() + values.offsets[group_of[r + kPrefetchRows]]);
-                  }
                   const uint32_t g = group_of[r];
                   if (!values.found[g]) return false;
                   *v = values.value(g);

@@ -1,8 +1,8 @@
-// Batch calls walk a batch in key order while the caller's columns (and the Arrow output) are
-// in input order. A composite key starts with its key group, a hash, so key order is a random
-// permutation of the rows: past a few MB of column, every row is a cache miss. Asking for the
-// row a few steps ahead lets those misses overlap instead of stalling one after another
-// (put_many of 2M struct rows: ~78% of its copy time sat on the load of the value's bytes).
+// Batch writes walk a batch in key order while the caller's columns are in input order. A
+// composite key starts with its key group, a hash, so key order is a random permutation of
+// the rows: past a few MB of column, every row is a cache miss. Asking for the row a few
+// steps ahead lets those misses overlap instead of stalling one after another (put_many of 2M
+// struct rows: ~78% of its copy time sat on the load of the value's bytes).
 #pragma once
 
 #include <cstddef>
