@@ -1,4 +1,4 @@
-"""``stateengine``: look at checkpoint directories without Spark.
+"""``stateengine``: look at checkpoint directories without Spark; clean a local directory.
 
     stateengine versions CHECKPOINT [--operator OP]      versions, partitions, sizes, damage
     stateengine verify   CHECKPOINT --operator OP [--version V | --all]
@@ -15,9 +15,10 @@
     stateengine catalog  CHECKPOINT [--operator OP] [--version V] [--json]
                                                          operators, keys, states, kinds,
                                                          schemas, TTL and versions
-    stateengine sweep-local-dir [DIR] [--dry-run]     remove working directories that
-                                                         processes which ended without
-                                                         closing left in a local directory
+    stateengine sweep-local-dir [DIR] [--dry-run]
+                                                         remove the working directories that
+                                                         processes ended without closing
+                                                         left in a local directory
 
 CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without --version the
 newest version is used; if it is damaged that is an error, never a quiet fall back to an older one.
