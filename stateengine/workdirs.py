@@ -49,6 +49,15 @@ _sweeps: dict[tuple[int, str], threading.Thread] = {}  # (pid, root) -> its auto
 _reports: dict[tuple[int, str], "SweepReport"] = {}
 
 
+def _new_guard_in_child() -> None:
+    global _guard
+    _guard = threading.Lock()  # a fork while a sweep held it would leave it held for good
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_guard_in_child)
+
+
 def workdir_name(operator_id: str, partition: int, partitions: int) -> str:
     """A new working directory's name: operator, partition, this process's pid and a random
     tag, so a sweep in another process can tell who owns it."""
@@ -60,13 +69,13 @@ def claim(path: str) -> None:
     touches it (POSIX record locks belong to the process: taking and dropping a lock on its
     LOCK file would silently drop RocksDB's own)."""
     with _guard:
-        _open[os.path.abspath(path)] += 1
+        _open[os.path.realpath(path)] += 1
 
 
 def release(path: str) -> None:
     """Ends one ``claim(path)`` (that database is closed, or failed to open)."""
     with _guard:
-        key = os.path.abspath(path)
+        key = os.path.realpath(path)
         _open[key] -= 1
         if _open[key] <= 0:
             del _open[key]
@@ -183,6 +192,7 @@ def _background(pid: int, root: str) -> None:
     try:
         report = sweep_local_dir(root)
     except FileNotFoundError:
+        log.debug("no sweep of %s: it is gone", root)
         return
     except Exception:  # a sweep must never fail a task
         log.warning("sweeping stale working directories in %s failed", root, exc_info=True)
@@ -232,6 +242,7 @@ def _sweep_one(path: str, name: str, now: float, dry_run: bool, min_age: float) 
 
 
 def _open_here(path: str) -> bool:
+    path = os.path.realpath(path)  # the same directory however its root was spelled
     inside = path + os.sep
     with _guard:
         return any(p == path or p.startswith(inside) for p in _open)

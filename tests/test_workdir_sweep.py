@@ -179,10 +179,12 @@ def test_this_process_keeps_its_own_directories_and_their_locks(tmp_path, sweepi
     backend = KeyedStateBackend(str(disguised), key_type=int)
     try:
         age(str(disguised), 2 * HOUR)
-        report = workdirs.sweep_local_dir(str(root))
-        assert reasons(report) == {os.path.basename(store.backend.path):
-                                   (False, "in use by this process"),
-                                   disguised.name: (False, "in use by this process")}
+        (tmp_path / "link").symlink_to(root)  # the same root spelled another way
+        for spelling in (root, tmp_path / "link"):
+            report = workdirs.sweep_local_dir(str(spelling))
+            assert reasons(report) == {os.path.basename(store.backend.path):
+                                       (False, "in use by this process"),
+                                       disguised.name: (False, "in use by this process")}
         store.backend.set_current_key(5)
         store.get_state(COUNT).update(11)
         store.commit()
