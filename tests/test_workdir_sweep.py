@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from stateengine import KeyedStateBackend, StateStoreProvider, ValueStateDescriptor, cli, workdirs
+from stateengine import (KeyedStateBackend, ReducingStateDescriptor, StateStoreProvider,
+                         ValueStateDescriptor, cli, reducers, workdirs)
 
 COUNT = ValueStateDescriptor("count", int, default=0)
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -303,3 +304,33 @@ def test_cli_dry_run_then_sweep(tmp_path, capsys):
         finish(live)
     assert cli.main(["sweep-local-dir", str(tmp_path / "nowhere")]) == 1
     assert "nowhere does not exist" in capsys.readouterr().err
+
+
+def _total(user, rows, ctx):
+    total = ctx.state("total")
+    total.add(float(rows["amount"].sum()))
+    return [(user, total.get())]
+
+
+def test_a_spark_worker_sweeps_the_local_root_it_first_opens(spark, tmp_path):
+    """What a Spark session's killed Python workers leave goes when the next worker opens
+    state there; the workers' own directories (their providers stay open) stay."""
+    from stateengine.spark import apply_with_state
+
+    root = tmp_path / "local"
+    proc, left = child("provider", str(tmp_path / "cp"), str(root))
+    kill(proc)
+    df = spark.createDataFrame([(u, 1.0) for u in range(8)], "user bigint, amount double")
+    out = apply_with_state(df, "user", _total, "user bigint, total double",
+                           states=[ReducingStateDescriptor("total", reducers.SUM,
+                                                           value_type=float)],
+                           checkpoint=str(tmp_path / "spark-cp"), batch_id=0, num_partitions=2,
+                           local_dir=str(root))
+    assert sorted(out.collect()) == [(u, 1.0) for u in range(8)]
+    deadline = time.monotonic() + 30
+    while os.path.exists(left) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the worker sweeps on a thread of its own
+    assert not os.path.exists(left)
+    workers = [n for n in os.listdir(root) if workdirs.WORKDIR_NAME.fullmatch(n)]
+    assert workers and all(workdirs._alive(int(workdirs.WORKDIR_NAME.fullmatch(n)["pid"]))
+                           for n in workers), workers
