@@ -84,23 +84,28 @@ def release(path: str) -> None:
 @dataclasses.dataclass
 class SweepEntry:
     """One working directory a sweep looked at: ``removed`` (or would be, in a dry run),
-    why, and the disk space it held (bytes, counted for removed ones only)."""
+    why, the disk space it held (bytes, counted for removed ones only), and whether it was
+    kept because inspecting or removing it failed."""
 
     name: str
     removed: bool
     reason: str
     bytes: int = 0
+    failed: bool = False
 
 
 @dataclasses.dataclass
 class SweepReport:
-    """What ``sweep_local_dir`` did in ``root``: every working directory it looked at, and
-    those it could not remove (``failed``: removal raised; they are among ``kept``)."""
+    """What ``sweep_local_dir`` did in ``root``: every working directory it looked at."""
 
     root: str
     dry_run: bool
     entries: list[SweepEntry] = dataclasses.field(default_factory=list)
-    failed: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def failed(self) -> list[SweepEntry]:
+        """The directories kept because inspecting or removing them failed."""
+        return [e for e in self.entries if e.failed]
 
     @property
     def removed(self) -> list[SweepEntry]:
@@ -143,10 +148,7 @@ def sweep_local_dir(root: str, dry_run: bool = False,
         except FileNotFoundError:
             continue  # removed meanwhile (another sweep, or its owner's close())
         except OSError as e:
-            entry = SweepEntry(name, False, f"not inspected: {e}")
-            report.failed.append(name)
-        if entry.reason.startswith("removal failed"):
-            report.failed.append(name)
+            entry = SweepEntry(name, False, f"not inspected: {e}", failed=True)
         report.entries.append(entry)
     return report
 
@@ -164,7 +166,13 @@ def sweep_in_background(root: str) -> threading.Thread | None:
         thread = threading.Thread(target=_background, args=key, daemon=True,
                                   name="stateengine-sweep-local-dir")
         _sweeps[key] = thread
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had now: a later open tries again
+        log.warning("could not start the sweep of %s", root, exc_info=True)
+        with _guard:
+            del _sweeps[key]
+        return None
     return thread
 
 
@@ -201,9 +209,8 @@ def _background(pid: int, root: str) -> None:
         _reports[(pid, root)] = report
     level = logging.INFO if report.removed or report.failed else logging.DEBUG
     log.log(level, "%s in %.2f s", report.summary(), time.perf_counter() - started)
-    for name in report.failed:
-        log.info("could not sweep %s: %s", os.path.join(root, name),
-                 next(e.reason for e in report.entries if e.name == name))
+    for e in report.failed:
+        log.info("could not sweep %s: %s", os.path.join(root, e.name), e.reason)
 
 
 def _sweep_one(path: str, name: str, now: float, dry_run: bool, min_age: float) -> SweepEntry:
@@ -237,7 +244,7 @@ def _sweep_one(path: str, name: str, now: float, dry_run: bool, min_age: float) 
         try:
             shutil.rmtree(path)
         except OSError as e:
-            return SweepEntry(name, False, f"removal failed: {e}")
+            return SweepEntry(name, False, f"removal failed: {e}", failed=True)
         return SweepEntry(name, True, why, size)
 
 
