@@ -11,7 +11,8 @@ A directory is kept when this process has a database open in it, its name's pid 
 process or a running one, a RocksDB ``LOCK`` file in it is locked by another process (RocksDB
 holds a POSIX record lock on ``db/LOCK`` while the database is open, which other PID
 namespaces sharing the directory see too), it holds anything a working directory never
-holds, or it has no ``LOCK`` and changed within ``min_age`` seconds (being created). Only
+holds, its ``LOCK`` is seconds old (RocksDB creates it, then locks it), or it has no ``LOCK``
+and changed within ``min_age`` seconds (being created). Only
 names matching ``WORKDIR_NAME`` are looked at; nothing else in the root is touched.
 """
 
@@ -33,6 +34,8 @@ log = logging.getLogger("stateengine")
 
 SWEEP_ENV = "STATEENGINE_SWEEP_LOCAL_DIR"
 DEFAULT_MIN_AGE = 3600.0  # seconds a directory without a LOCK file must be unchanged
+# RocksDB creates its LOCK file and locks it at once: a younger one may be between the two
+_LOCK_GRACE = 10.0
 
 # <operator>-p<P>-of-<N>-<pid>-<12 hex>; names written before the pid was added lack it
 WORKDIR_NAME = re.compile(r"(?P<operator>.+)-p(?P<partition>\d+)-of-(?P<partitions>\d+)-"
@@ -226,6 +229,11 @@ def _sweep_one(path: str, name: str, now: float, dry_run: bool, min_age: float) 
         return SweepEntry(name, False, f"holds {', '.join(sorted(strange))}: not a working "
                                        f"directory")
     locks = sorted(p for g in _LOCK_GLOBS for p in glob.glob(os.path.join(glob.escape(path), g)))
+    fresh = [p for p in locks if now - os.stat(p).st_mtime < _LOCK_GRACE]
+    if fresh:
+        return SweepEntry(name, False, f"{whose}, LOCK file created "
+                                       f"{now - os.stat(fresh[0]).st_mtime:.0f} s ago "
+                                       f"(a database may be opening)")
     with _locked(locks) as held:
         if not held:
             return SweepEntry(name, False, f"{whose}, but its database is open in another "

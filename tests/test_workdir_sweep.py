@@ -91,11 +91,19 @@ def lockable_elsewhere(workdir: str) -> bool:
 
 
 def age(path: str, seconds: float) -> None:
-    """Sets the mtime of path and its entries ``seconds`` into the past."""
+    """Sets the mtime of path, its entries and its RocksDB LOCK ``seconds`` into the past."""
     then = time.time() - seconds
-    for e in os.scandir(path):
-        os.utime(e.path, (then, then), follow_symlinks=False)
+    lock = os.path.join(path, "db", "LOCK")
+    for p in [e.path for e in os.scandir(path)] + ([lock] if os.path.exists(lock) else []):
+        os.utime(p, (then, then), follow_symlinks=False)
     os.utime(path, (then, then))
+
+
+def killed(proc: subprocess.Popen, workdir: str) -> None:
+    """SIGKILL, reaped, its directory's LOCK a minute old (a fresh one is left a few seconds
+    to RocksDB, which creates it and then locks it)."""
+    kill(proc)
+    age(workdir, 60)
 
 
 def reasons(report: workdirs.SweepReport) -> dict[str, tuple[bool, str]]:
@@ -128,7 +136,7 @@ def test_a_killed_process_directory_goes_at_the_next_provider_open(tmp_path, swe
     root = tmp_path / "local"
     proc, left = child("provider", str(tmp_path / "cp"), str(root))
     assert os.path.basename(left).split("-")[-2] == str(proc.pid)
-    kill(proc)
+    killed(proc, left)
     assert os.path.isdir(os.path.join(left, "db"))  # what a killed worker leaves behind
     with provider(tmp_path, root) as mine:
         mine.get_store(0)
@@ -202,6 +210,7 @@ def test_this_process_keeps_its_own_directories_and_their_locks(tmp_path, sweepi
         backend.close()
         mine.close()
     # closed: nothing of this process holds it any more, and its pid is dead
+    age(str(disguised), 60)
     report = workdirs.sweep_local_dir(str(root))
     assert reasons(report) == {disguised.name: (True, f"owner pid {disguised.name.split('-')[-2]}"
                                                       f" is gone, database not open")}
@@ -210,10 +219,12 @@ def test_this_process_keeps_its_own_directories_and_their_locks(tmp_path, sweepi
 def test_old_names_without_a_pid(tmp_path):
     root = tmp_path / "local"
     held, closed = root / "op-p0-of-1-aaaaaaaaaaaa", root / "op-p0-of-1-bbbbbbbbbbbb"
+    just_closed = root / "op-p0-of-1-eeeeeeeeeeee"  # as if RocksDB had only created its LOCK
     old_bare, young_bare = root / "op-p0-of-1-cccccccccccc", root / "op-p0-of-1-dddddddddddd"
     holder, _ = child("backend", str(held))
     try:
-        KeyedStateBackend(str(closed), key_type=int).close()  # leaves db/LOCK, unlocked
+        for d in (closed, just_closed):
+            KeyedStateBackend(str(d), key_type=int).close()  # leaves db/LOCK, unlocked
         for bare in (old_bare, young_bare):
             (bare / "checkpoints").mkdir(parents=True)  # a backend killed while being made
         for d in (held, closed, old_bare):
@@ -223,11 +234,13 @@ def test_old_names_without_a_pid(tmp_path):
         assert got[held.name] == (False, "no owner pid in its name, but its database is open "
                                          "in another process (LOCK held)")
         assert got[closed.name] == (True, "no owner pid in its name, database not open")
+        assert got[just_closed.name][0] is False and got[just_closed.name][1].startswith(
+            "no owner pid in its name, LOCK file created ")
         assert got[old_bare.name][0] and got[old_bare.name][1].startswith(
             "no owner pid in its name, no LOCK file, unchanged for 2.0 h")
         assert got[young_bare.name][0] is False and "no LOCK file, changed" in \
             got[young_bare.name][1]
-        assert sorted(os.listdir(root)) == [held.name, young_bare.name]
+        assert sorted(os.listdir(root)) == [held.name, young_bare.name, just_closed.name]
         assert not lockable_elsewhere(str(held))
     finally:
         finish(holder)
@@ -287,7 +300,7 @@ def test_cli_dry_run_then_sweep(tmp_path, capsys):
     proc, left = child("provider", str(tmp_path / "cp"), str(root))
     live, live_dir = child("provider", str(tmp_path / "cp2"), str(root))
     try:
-        kill(proc)
+        killed(proc, left)
         name, live_name = os.path.basename(left), os.path.basename(live_dir)
         assert cli.main(["sweep-local-dir", str(root), "--dry-run"]) == 0
         out = capsys.readouterr().out
@@ -319,7 +332,7 @@ def test_a_spark_worker_sweeps_the_local_root_it_first_opens(spark, tmp_path):
 
     root = tmp_path / "local"
     proc, left = child("provider", str(tmp_path / "cp"), str(root))
-    kill(proc)
+    killed(proc, left)
     df = spark.createDataFrame([(u, 1.0) for u in range(8)], "user bigint, amount double")
     out = apply_with_state(df, "user", _total, "user bigint, total double",
                            states=[ReducingStateDescriptor("total", reducers.SUM,
