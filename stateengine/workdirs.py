@@ -12,8 +12,8 @@ process or a running one, a RocksDB ``LOCK`` file in it is locked by another pro
 holds a POSIX record lock on ``db/LOCK`` while the database is open, which other PID
 namespaces sharing the directory see too), it holds anything a working directory never
 holds, its ``LOCK`` is seconds old (RocksDB creates it, then locks it), or it has no ``LOCK``
-and changed within ``min_age`` seconds (being created). Only
-names matching ``WORKDIR_NAME`` are looked at; nothing else in the root is touched.
+and changed within ``min_age`` seconds (being created). Only names matching ``WORKDIR_NAME``
+are looked at; nothing else in the root is touched.
 """
 
 from __future__ import annotations
