@@ -29,8 +29,10 @@ import cases_spark  # noqa: E402
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[int, tuple[int, str, float]]:
-    """pid -> (parent pid, command name, user + system CPU seconds)."""
+def _processes(with_reaped: bool = False) -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, user + system CPU seconds); ``with_reaped`` adds the
+    CPU of the process's children that ended and were waited for (a JVM's short-lived
+    ``readlink``/``chmod`` helpers, a daemon's finished workers)."""
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -42,13 +44,17 @@ def _processes() -> dict[int, tuple[int, str, float]]:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat.rsplit(")", 1)[1].split()
-        out[int(entry)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / TICKS)
+        ticks = int(fields[11]) + int(fields[12])
+        if with_reaped:
+            ticks += int(fields[13]) + int(fields[14])
+        out[int(entry)] = (int(fields[1]), name, ticks / TICKS)
     return out
 
 
-def cpu_seconds(jvm_pid: int) -> tuple[float, float]:
-    """(the JVM's CPU seconds, the summed CPU seconds of the Python processes below it)."""
-    procs = _processes()
+def cpu_seconds(jvm_pid: int, with_reaped: bool = False) -> tuple[float, float]:
+    """(the JVM's CPU seconds, the summed CPU seconds of the Python processes below it);
+    ``with_reaped`` as in ``_processes``."""
+    procs = _processes(with_reaped)
     below, todo = [], [jvm_pid]
     while todo:
         parent = todo.pop()

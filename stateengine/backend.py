@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, overload
 
 from typing import Sequence
 
-from . import _native, evolution, serializers, sparktypes
+from . import _native, evolution, serializers, sparktypes, workdirs
 from .checkpoint.asynchronous import AsyncSnapshot
 from .checkpoint.documents import resolve_key
 from .checkpoint.full import take_full_snapshot
@@ -148,8 +148,13 @@ class KeyedStateBackend(_native.NativeBackend):
         self._states: dict[str, Any] = {}
         self._pending: set[AsyncSnapshot[Any]] = set()
         specs = [_cf_spec(m) for m in cf_metas]
-        self._native_open(os.path.join(self._path, "db"), max_parallelism, kgr.start, kgr.end,
-                          specs, require_empty)
+        workdirs.claim(self._path)  # no sweep of this process may lock (and so unlock) its LOCK
+        try:
+            self._native_open(os.path.join(self._path, "db"), max_parallelism, kgr.start,
+                              kgr.end, specs, require_empty)
+        except BaseException:
+            workdirs.release(self._path)
+            raise
         self._cf_index: dict[str, int] = {m["name"]: i for i, m in enumerate(cf_metas)}
         self._cf_metas: dict[str, dict] = {m["name"]: dict(m) for m in cf_metas}
         if key_type is not None:
@@ -622,6 +627,7 @@ class KeyedStateBackend(_native.NativeBackend):
             self._wait_pending(cancel=True)
         finally:
             self._native_finish_close()
+            workdirs.release(self._path)  # RocksDB has dropped its lock
 
     def dispose(self) -> None:
         """Closes the backend and deletes its working directory."""

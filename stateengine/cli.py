@@ -1,4 +1,4 @@
-"""``stateengine``: look at checkpoint directories without Spark.
+"""``stateengine``: look at checkpoint directories without Spark; clean a local directory.
 
     stateengine versions CHECKPOINT [--operator OP]      versions, partitions, sizes, damage
     stateengine verify   CHECKPOINT --operator OP [--version V | --all]
@@ -15,6 +15,10 @@
     stateengine catalog  CHECKPOINT [--operator OP] [--version V] [--json]
                                                          operators, keys, states, kinds,
                                                          schemas, TTL and versions
+    stateengine sweep-local-dir [DIR] [--dry-run]
+                                                         remove the working directories that
+                                                         processes ended without closing
+                                                         left in a local directory
 
 CHECKPOINT is a directory or a pyarrow.fs URI (file://, hdfs://, s3://). Without --version the
 newest version is used; if it is damaged that is an error, never a quiet fall back to an older one.
@@ -49,7 +53,7 @@ import sys
 import tempfile
 from typing import Any, Iterator
 
-from . import _native, evolution, sparktypes
+from . import _native, evolution, sparktypes, workdirs
 from .backend import KeyedStateBackend
 from .checkpoint.documents import resolve_key
 from .checkpoint.meta import HEADER, SnapshotMeta
@@ -59,6 +63,7 @@ from .errors import CheckpointNotFoundError, CorruptionError, StateEngineError
 from .keygroups import KeyGroupRange
 from .metrics import operators
 from .serializers import codec_name, to_json
+from .store import default_local_dir
 from .timers import EVENT_TIME_CF, PROCESSING_TIME_CF
 
 _TIMER_KINDS = ((EVENT_TIME_CF, "event"), (PROCESSING_TIME_CF, "processing"))
@@ -431,6 +436,23 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep_local_dir(args: argparse.Namespace) -> int:
+    root = args.dir or default_local_dir()
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"local directory {root} does not exist")
+    report = workdirs.sweep_local_dir(root, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for e in report.entries:
+        size = f"  {e.bytes / 1e6:.1f} MB" if e.removed else ""
+        print(f"{verb if e.removed else 'kept'}  {e.name}{size}  ({e.reason})")
+    print(report.summary())
+    if report.failed:
+        print(f"stateengine: {len(report.failed)} working directory(ies) could not be "
+              f"inspected or removed (above)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_ui_jar(args: argparse.Namespace) -> int:
     from .spark.ui_metrics import UiJarError, ui_jar
 
@@ -521,6 +543,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="a full snapshot's data file (local path)")
     sp.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
     sp.set_defaults(fn=cmd_meta)
+    sp = sub.add_parser("sweep-local-dir",
+                        help="remove stale working directories from a local directory",
+                        description="remove the working directories in a local directory "
+                                    "that processes which ended without closing their "
+                                    "providers left behind (owner gone and database not "
+                                    "open); print what was removed and kept, and why")
+    sp.add_argument("dir", nargs="?", default=None,
+                    help="the local directory (default: $STATEENGINE_LOCAL_DIR, else "
+                         "<tmp>/stateengine-scratch-<uid>)")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="print what would be removed without removing anything")
+    sp.add_argument("-v", "--verbose", action="count", default=0, help=_VERBOSE_HELP)
+    sp.set_defaults(fn=cmd_sweep_local_dir)
     sp = sub.add_parser("ui-jar", help="print the path of the jar that shows state metrics in "
                                        "the Spark UI (built with javac on first use)",
                         description="print the path of the jar that shows state metrics in the "

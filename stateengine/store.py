@@ -21,6 +21,7 @@ import uuid
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence, overload
 
+from . import workdirs
 from .backend import KeyedStateBackend
 from .checkpoint import file_cache, untrusted
 from .checkpoint.documents import resolve_key
@@ -163,8 +164,10 @@ class StateStoreProvider:
     def _load(self, version: int) -> tuple[KeyedStateBackend, str]:
         """(backend holding version, "empty" or "restored")."""
         os.makedirs(self._local_root, exist_ok=True)
-        path = os.path.join(self._local_root, f"{self.operator_id}-p{self.partition_id}-of-"
-                                              f"{self.num_partitions}-{uuid.uuid4().hex[:12]}")
+        # once per process: directories left by processes that ended without close()
+        workdirs.sweep_in_background(self._local_root)
+        path = os.path.join(self._local_root, workdirs.workdir_name(
+            self.operator_id, self.partition_id, self.num_partitions))
         kind = "restored"
         if version == 0 or self._begins_at(version):
             kind = "empty"

@@ -288,10 +288,36 @@ def test_event_time_timers_fire_in_sparks_batches_on_spark_connect(
     _event_time_sessions_in_query(connect, event_time_sessions_in_spark, tmp_path)
 
 
-def test_apply_with_state_runs_the_batches_of_sparks_event_time_operator(spark, tmp_path):
+def _filesystem_checkpoint_manager(session) -> str:
+    """Spark's FileSystem-based checkpoint file manager (docs/spark/quiet-streams.md#cost):
+    its package moved in Spark 4.1."""
+    major, minor = (int(x) for x in session.version.split(".")[:2])
+    package = "org.apache.spark.sql.execution.streaming"
+    if (major, minor) >= (4, 1):
+        package += ".checkpointing"
+    return f"{package}.FileSystemBasedCheckpointFileManager"
+
+
+@pytest.fixture
+def checkpoint_manager(request, spark):
+    """The session's checkpoint file manager for one test: Spark's default (FileContext) or
+    the FileSystem-based one the cost section of the docs recommends on a local disk."""
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    if request.param == "filesystem":
+        spark.conf.set(key, _filesystem_checkpoint_manager(spark))
+    try:
+        yield request.param
+    finally:
+        spark.conf.unset(key)
+
+
+@pytest.mark.parametrize("checkpoint_manager", ["default", "filesystem"], indirect=True)
+def test_apply_with_state_runs_the_batches_of_sparks_event_time_operator(
+        spark, tmp_path, checkpoint_manager):
     """apply_with_state with on_timer over a watermarked input asks for the batches Spark's
     applyInPandasWithState with an event-time timeout gets (same ids, watermarks and input),
-    and each timer fires in the first of them whose watermark reaches it."""
+    and each timer fires in the first of them whose watermark reaches it; also with the
+    FileSystem-based checkpoint file manager (both queries)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     source = str(tmp_path / "in")
