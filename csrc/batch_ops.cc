@@ -14,6 +14,7 @@
 
 #include "composite_key.h"
 #include "keygroups.h"
+#include "prefetch.h"
 #include "status_guard.h"
 
 namespace stateengine {
@@ -50,6 +51,55 @@ void PutUtf8(uint32_t cp, std::string* out) {
     out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
     out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
+}
+
+// Requests a row of a column ahead of its use (prefetch.h): with offsets_only, the offsets
+// of an offsets column; otherwise the row's bytes (their offsets must have arrived already).
+STATEENGINE_PREFETCHES void PrefetchRow(const ColumnView& c, size_t row, bool offsets_only) {
+  if (c.is_null != nullptr && offsets_only) Prefetch(c.is_null + row);
+  switch (c.kind) {
+    case kColOffsets32:
+      if (offsets_only) {
+        Prefetch(c.offsets32 + row);
+      } else {
+        Prefetch(c.data + c.offsets32[row]);
+      }
+      return;
+    case kColOffsets64:
+      if (offsets_only) {
+        Prefetch(c.offsets64 + row);
+      } else {
+        Prefetch(c.data + c.offsets64[row]);
+      }
+      return;
+    case kColInt64:
+    case kColFloat64:
+      if (!offsets_only) Prefetch(c.data + row * 8);
+      return;
+    case kColBool:
+      if (!offsets_only) Prefetch(c.data + row);
+      return;
+    case kColFixedBytes:
+      if (!offsets_only) Prefetch(c.data + row * c.width);
+      return;
+    case kColSlices:
+      if (offsets_only) {
+        Prefetch(c.slices + row);
+      } else {
+        Prefetch(c.slices[row].data());
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+// Before reading row order[i] of a walk over every row in key order: requests the rows
+// kPrefetchRows and 2 * kPrefetchRows later.
+STATEENGINE_PREFETCHES void PrefetchAhead(const ColumnView& c, const std::vector<uint32_t>& order,
+                                          size_t i) {
+  if (i + 2 * kPrefetchRows < order.size()) PrefetchRow(c, order[i + 2 * kPrefetchRows], true);
+  if (i + kPrefetchRows < order.size()) PrefetchRow(c, order[i + kPrefetchRows], false);
 }
 
 // The bytes of a byte-like row; UCS-4 rows are converted to UTF-8 in scratch.
@@ -641,8 +691,16 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
     // Rows already in the stored encoding (typed columns, bytes the bindings encoded; map
     // values carry their flag) go into the batch from the column itself, without a copy.
     const bool as_is = values.encoded && ttl == nullptr;
-    for (size_t g = 0; g < batch.groups(); ++g) {
-      const size_t row = per_group ? g : order[start[g + 1] - 1];  // the last write wins
+    const size_t groups = batch.groups();
+    auto row_of = [&](size_t g) -> size_t {
+      return per_group ? g : order[start[g + 1] - 1];  // the last write wins
+    };
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t row = row_of(g);
+      if (!per_group) {  // per group, the rows are in key order already
+        if (g + 2 * kPrefetchRows < groups) PrefetchRow(values, row_of(g + 2 * kPrefetchRows), true);
+        if (g + kPrefetchRows < groups) PrefetchRow(values, row_of(g + kPrefetchRows), false);
+      }
       if (values.is_null != nullptr && values.is_null[row]) {
         rocksdb::Status st = wb.Delete(h, batch.group_key(g));
         if (!st.ok()) return st;
@@ -708,6 +766,7 @@ rocksdb::Status BatchMergeNumbers(StateDB* db, int cf, const KeyBatch& batch,
         acc.d = static_cast<double>(acc.i);
       } else {
         for (size_t i = start[g]; i < start[g + 1]; ++i) {
+          PrefetchAhead(values, order, i);
           Number n;
           if (!RowNumber(values, order[i], codec, &n)) {
             return Invalid(err, kBatchUnsupported, order[i]);
@@ -750,6 +809,7 @@ rocksdb::Status BatchMergeList(StateDB* db, int cf, const KeyBatch& batch,
     for (size_t g = 0; g < batch.groups(); ++g) {
       joined.clear();
       for (size_t i = start[g]; i < start[g + 1]; ++i) {
+        PrefetchAhead(values, order, i);
         if (i != start[g]) joined.push_back(kListDelimiter);
         if (ttl != nullptr) PutBE64(&joined, static_cast<uint64_t>(now));  // each element's stamp
         const int rc = EncodeColumnRow(values, order[i], codec, false, &joined, &scratch);

@@ -571,6 +571,56 @@ def test_large_batches_span_several_multiget_chunks(make_backend):
     assert sums.tolist() == [total.get(k, 0) for k in probe[::-1].tolist()]
 
 
+def test_large_shuffled_batches_of_every_value_column(make_backend):
+    """Batch writes walk the rows in key order and fetch rows ahead of it (csrc/prefetch.h):
+    every kind of value column, with repeated keys in random order and None values, against
+    a dict of the last write (a key's sum and list) per key, read back one key at a time."""
+    rng = np.random.default_rng(7)
+    n = 5_000
+    keys = rng.integers(0, 1_500, n)
+    ints = rng.integers(-10**6, 10**6, n)
+    texts = [f"t{x}" * int(x % 4) for x in ints.tolist()]  # empty strings too
+    columns = {
+        "int64": (int, ints, ints.tolist()),
+        "float64": (float, ints / 4, (ints / 4).tolist()),
+        "numpy U": (str, np.array(texts), texts),
+        "numpy S": (bytes, np.array([t.encode() for t in texts]), [t.encode() for t in texts]),
+        "arrow string": (str, pa.array(texts), texts),
+        "arrow large_binary": (bytes, pa.array([t.encode() for t in texts], pa.large_binary()),
+                               [t.encode() for t in texts]),
+        "objects with None": (str, np.array([None if x % 5 == 0 else t for x, t in zip(ints.tolist(), texts)],
+                                            dtype=object),
+                              [None if x % 5 == 0 else t for x, t in zip(ints.tolist(), texts)]),
+    }
+    be = make_backend()
+    for name, (vtype, column, plain) in columns.items():
+        v = be.get_state(ValueStateDescriptor(f"v {name}", value_type=vtype))
+        v.put_many(keys, column)
+        last = {}
+        for k, x in zip(keys.tolist(), plain):
+            last[k] = x
+        probe = sorted(set(keys.tolist()))
+        assert scalar_values(be, v, probe, lambda s: s.value()) == [last[k] for k in probe], name
+    struct = be.get_state(ValueStateDescriptor("s", value_type="count long, total double"))
+    struct.put_many(keys, {"count": ints, "total": ints / 2})
+    last = {}
+    for k, c in zip(keys.tolist(), ints.tolist()):
+        last[k] = {"count": c, "total": c / 2}
+    probe = sorted(last)
+    got, _ = struct.get_many(np.array(probe))
+    assert got.to_pylist() == [last[k] for k in probe]
+    total = be.get_state(ReducingStateDescriptor("sum", reducers.SUM, value_type=float))
+    lst = be.get_state(ListStateDescriptor("list", value_type=str))
+    total.add_many(keys, ints / 4)
+    lst.add_many(keys, pa.array(texts))
+    sums, lists = {}, {}
+    for k, x, t in zip(keys.tolist(), (ints / 4).tolist(), texts):
+        sums[k] = sums.get(k, 0.0) + x
+        lists.setdefault(k, []).append(t)
+    assert scalar_values(be, total, probe, lambda s: s.get()) == [sums[k] for k in probe]
+    assert lst.get_many(np.array(probe)) == [lists[k] for k in probe]
+
+
 def test_pandas_series_columns(make_backend):
     pd = pytest.importorskip("pandas")
     be = make_backend()
