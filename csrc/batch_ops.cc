@@ -94,12 +94,19 @@ STATEENGINE_PREFETCHES void PrefetchRow(const ColumnView& c, size_t row, bool of
   }
 }
 
-// Before reading row order[i] of a walk over every row in key order: requests the rows
-// kPrefetchRows and 2 * kPrefetchRows later.
+// Before reading the i-th of the n rows a walk in key order visits (row_of(k) the k-th):
+// requests the rows kPrefetchRows and 2 * kPrefetchRows later.
+template <typename RowOf>
+STATEENGINE_PREFETCHES void PrefetchAhead(const ColumnView& c, size_t n, size_t i,
+                                          const RowOf& row_of) {
+  if (i + 2 * kPrefetchRows < n) PrefetchRow(c, row_of(i + 2 * kPrefetchRows), true);
+  if (i + kPrefetchRows < n) PrefetchRow(c, row_of(i + kPrefetchRows), false);
+}
+
+// The same over a batch's rows in key order.
 STATEENGINE_PREFETCHES void PrefetchAhead(const ColumnView& c, const std::vector<uint32_t>& order,
                                           size_t i) {
-  if (i + 2 * kPrefetchRows < order.size()) PrefetchRow(c, order[i + 2 * kPrefetchRows], true);
-  if (i + kPrefetchRows < order.size()) PrefetchRow(c, order[i + kPrefetchRows], false);
+  PrefetchAhead(c, order.size(), i, [&order](size_t k) { return order[k]; });
 }
 
 // The bytes of a byte-like row; UCS-4 rows are converted to UTF-8 in scratch.
@@ -697,10 +704,7 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
     };
     for (size_t g = 0; g < groups; ++g) {
       const size_t row = row_of(g);
-      if (!per_group) {  // per group, the rows are in key order already
-        if (g + 2 * kPrefetchRows < groups) PrefetchRow(values, row_of(g + 2 * kPrefetchRows), true);
-        if (g + kPrefetchRows < groups) PrefetchRow(values, row_of(g + kPrefetchRows), false);
-      }
+      if (!per_group) PrefetchAhead(values, groups, g, row_of);  // per group: in order already
       if (values.is_null != nullptr && values.is_null[row]) {
         rocksdb::Status st = wb.Delete(h, batch.group_key(g));
         if (!st.ok()) return st;
