@@ -11,6 +11,7 @@ the mean of batches 2 to the last (the first starts from empty state).
     python bench/scale_body.py                        # 4M rows over 2M keys (~865k per partition)
     python bench/scale_body.py --rows 20000000 --keys 10000000
     python bench/scale_body.py --repeat 3             # best of 3 per step
+    python bench/scale_body.py --ingest-min-keys 0    # batch puts through the memtable only
 
 Runs on the release wheel's RocksDB unless ``--rocksdb debian`` (bench/builds.py).
 """
@@ -112,8 +113,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs; each step's best mean is shown")
     p.add_argument("--rocksdb", choices=("debian", "release"), default=None)
     p.add_argument("--scratch", default=None)
+    p.add_argument("--ingest-min-keys", type=int, default=None,
+                   help="batch puts of at least this many keys are ingested as a table file "
+                        "(0: never; default: the library's threshold)")
     args = p.parse_args(argv)
     build = builds.use(args.rocksdb, False, __file__)  # may restart this script
+    if args.ingest_min_keys is not None:
+        from stateengine import _native
+
+        _native._set_batch_ingest_min_keys(args.ingest_min_keys)
     scratch = tempfile.mkdtemp(prefix="stateengine-body-", dir=args.scratch)
     try:
         best: dict[str, float] = {}

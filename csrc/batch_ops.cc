@@ -12,6 +12,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include "batch_ingest.h"
 #include "composite_key.h"
 #include "keygroups.h"
 #include "prefetch.h"
@@ -681,6 +682,76 @@ size_t PutBatchBytes(const KeyBatch& batch, const ColumnView& values) {
 
 }  // namespace
 
+namespace {
+
+// Where a batch put's entries go: one WriteBatch (through the memtable), or one table file
+// ingested (batch_ingest.h). Both take the distinct keys in key order.
+struct WriteBatchSink {
+  rocksdb::WriteBatch wb;
+  rocksdb::ColumnFamilyHandle* h;
+  WriteBatchSink(size_t reserve, rocksdb::ColumnFamilyHandle* handle) : wb(reserve), h(handle) {}
+  rocksdb::Status Put(const rocksdb::Slice& k, const rocksdb::Slice& v) { return wb.Put(h, k, v); }
+  rocksdb::Status Delete(const rocksdb::Slice& k) { return wb.Delete(h, k); }
+  rocksdb::Status Finish(StateDB* db) { return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb); }
+};
+
+struct IngestSink {
+  IngestedBatch file;
+  IngestSink(StateDB* db, int cf) : file(db, cf) {}
+  rocksdb::Status Put(const rocksdb::Slice& k, const rocksdb::Slice& v) { return file.Put(k, v); }
+  rocksdb::Status Delete(const rocksdb::Slice& k) { return file.Delete(k); }
+  rocksdb::Status Finish(StateDB*) { return file.Ingest(); }
+};
+
+// The entries of a batch put, one per distinct key in key order, into sink.
+template <typename Sink>
+rocksdb::Status PutGroups(Sink* sink, const TtlState* ttl, int64_t now, const KeyBatch& batch,
+                          const ColumnView& values, Codec value_codec, bool map_values,
+                          bool per_group, BatchError* err) {
+  std::string val, scratch, stamped;
+  const auto& order = batch.order();
+  const auto& start = batch.group_start();
+  // Rows already in the stored encoding (typed columns, bytes the bindings encoded; map
+  // values carry their flag) go into the batch from the column itself, without a copy.
+  const bool as_is = values.encoded && ttl == nullptr;
+  const size_t groups = batch.groups();
+  auto row_of = [&](size_t g) -> size_t {
+    return per_group ? g : order[start[g + 1] - 1];  // the last write wins
+  };
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t row = row_of(g);
+    if (!per_group) PrefetchAhead(values, groups, g, row_of);  // per group: in order already
+    if (values.is_null != nullptr && values.is_null[row]) {
+      rocksdb::Status st = sink->Delete(batch.group_key(g));
+      if (!st.ok()) return st;
+      continue;
+    }
+    if (as_is) {
+      rocksdb::Slice s;
+      const int rc = RowBytes(values, row, &s, &scratch);
+      if (rc != kBatchOk) return Invalid(err, rc, row);
+      rocksdb::Status st = sink->Put(batch.group_key(g), s);
+      if (!st.ok()) return st;
+      continue;
+    }
+    val.clear();
+    if (map_values && !values.encoded) val.push_back(0);  // Flink's "value is not null" flag
+    const int rc = EncodeColumnRow(values, row, value_codec, false, &val, &scratch);
+    if (rc != kBatchOk) return Invalid(err, rc, row);
+    rocksdb::Status st;
+    if (ttl != nullptr) {
+      if (!(st = ttl->Stamp(val, now, &stamped)).ok()) return st;
+      st = sink->Put(batch.group_key(g), stamped);
+    } else {
+      st = sink->Put(batch.group_key(g), val);
+    }
+    if (!st.ok()) return st;
+  }
+  return rocksdb::Status::OK();
+}
+
+}  // namespace
+
 rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const ColumnView& values,
                          Codec value_codec, bool map_values, bool per_group, BatchError* err) {
   const TtlState* ttl = db->ttl(cf).get();
@@ -690,48 +761,17 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
     if (!st.ok()) return st;
   }
   return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
-    rocksdb::WriteBatch wb(PutBatchBytes(batch, values));
-    rocksdb::ColumnFamilyHandle* h = db->handle(cf);
-    std::string val, scratch, stamped;
-    const auto& order = batch.order();
-    const auto& start = batch.group_start();
-    // Rows already in the stored encoding (typed columns, bytes the bindings encoded; map
-    // values carry their flag) go into the batch from the column itself, without a copy.
-    const bool as_is = values.encoded && ttl == nullptr;
-    const size_t groups = batch.groups();
-    auto row_of = [&](size_t g) -> size_t {
-      return per_group ? g : order[start[g + 1] - 1];  // the last write wins
-    };
-    for (size_t g = 0; g < groups; ++g) {
-      const size_t row = row_of(g);
-      if (!per_group) PrefetchAhead(values, groups, g, row_of);  // per group: in order already
-      if (values.is_null != nullptr && values.is_null[row]) {
-        rocksdb::Status st = wb.Delete(h, batch.group_key(g));
-        if (!st.ok()) return st;
-        continue;
-      }
-      if (as_is) {
-        rocksdb::Slice s;
-        const int rc = RowBytes(values, row, &s, &scratch);
-        if (rc != kBatchOk) return Invalid(err, rc, row);
-        rocksdb::Status st = wb.Put(h, batch.group_key(g), s);
-        if (!st.ok()) return st;
-        continue;
-      }
-      val.clear();
-      if (map_values && !values.encoded) val.push_back(0);  // Flink's "value is not null" flag
-      const int rc = EncodeColumnRow(values, row, value_codec, false, &val, &scratch);
-      if (rc != kBatchOk) return Invalid(err, rc, row);
-      rocksdb::Status st;
-      if (ttl != nullptr) {
-        if (!(st = ttl->Stamp(val, now, &stamped)).ok()) return st;
-        st = wb.Put(h, batch.group_key(g), stamped);
-      } else {
-        st = wb.Put(h, batch.group_key(g), val);
-      }
-      if (!st.ok()) return st;
+    rocksdb::Status st;
+    if (IngestBatchPut(db, cf, batch.groups())) {
+      IngestSink sink(db, cf);
+      st = sink.file.Open();
+      if (st.ok()) st = PutGroups(&sink, ttl, now, batch, values, value_codec, map_values, per_group, err);
+      if (st.ok()) st = sink.Finish(db);
+    } else {
+      WriteBatchSink sink(PutBatchBytes(batch, values), db->handle(cf));
+      st = PutGroups(&sink, ttl, now, batch, values, value_codec, map_values, per_group, err);
+      if (st.ok()) st = sink.Finish(db);
     }
-    rocksdb::Status st = wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb);
     if (st.ok()) CountPutRows(db, batch, values, per_group);
     return st;
   });

@@ -610,8 +610,8 @@ ColumnFamilySpec MakeColumnFamilySpec(const std::string& name, int merge_kind, i
   return spec;
 }
 
-rocksdb::Options StateDB::SstFileOptions(int cf) const {
-  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(spec(cf), ttl(cf), true));
+rocksdb::Options StateDB::SstFileOptions(int cf, bool bottommost) const {
+  return rocksdb::Options(MakeDBOptions(), MakeColumnFamilyOptions(spec(cf), ttl(cf), bottommost));
 }
 
 uint64_t StateDB::EstimateNumKeys() const {

@@ -230,9 +230,9 @@ class StateDB {
   uint64_t rows_written() const { return rows_written_.load(std::memory_order_relaxed); }
   uint64_t rows_deleted() const { return rows_deleted_.load(std::memory_order_relaxed); }
   const rocksdb::WriteOptions& write_options() const { return write_options_; }
-  // Options for writing SST files that this column family ingests into its bottommost level
-  // (restores into an empty column family).
-  rocksdb::Options SstFileOptions(int cf) const;
+  // Options for writing SST files that this column family ingests: into its bottommost level
+  // (restores into an empty column family), or not (large batch puts: with a Bloom filter).
+  rocksdb::Options SstFileOptions(int cf, bool bottommost = true) const;
 
  private:
   StateDB() = default;

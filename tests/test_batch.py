@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from stateengine import (AggregatingStateDescriptor, KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
                          ListStateDescriptor, MapStateDescriptor, NullElementError,
                          ReducingStateDescriptor, SerializationError, SortedMapStateDescriptor,
-                         ValueStateDescriptor, aggregates, reducers)
+                         ValueStateDescriptor, _native, aggregates, reducers)
 from tests.user_functions import Average
 
 SETTINGS = settings(max_examples=40, deadline=None,
@@ -571,10 +571,20 @@ def test_large_batches_span_several_multiget_chunks(make_backend):
     assert sums.tolist() == [total.get(k, 0) for k in probe[::-1].tolist()]
 
 
-def test_large_shuffled_batches_of_every_value_column(make_backend):
+@pytest.mark.parametrize("ingest_min_keys", [0, 1_000], ids=["memtable", "ingested"])
+def test_large_shuffled_batches_of_every_value_column(make_backend, ingest_min_keys):
     """Batch writes walk the rows in key order and fetch rows ahead of it (csrc/prefetch.h):
     every kind of value column, with repeated keys in random order and None values, against
-    a dict of the last write (a key's sum and list) per key, read back one key at a time."""
+    a dict of the last write (a key's sum and list) per key, read back one key at a time;
+    batch puts through the memtable and ingested as a table file (csrc/batch_ingest.h)."""
+    old = _native._set_batch_ingest_min_keys(ingest_min_keys)
+    try:
+        _check_every_value_column(make_backend)
+    finally:
+        _native._set_batch_ingest_min_keys(old)
+
+
+def _check_every_value_column(make_backend):
     rng = np.random.default_rng(7)
     n = 5_000
     keys = rng.integers(0, 1_500, n)

@@ -1,0 +1,174 @@
+"""Large batch puts are written as a table file and ingested (csrc/batch_ingest.h) instead of
+going through the memtable: the same state either way, in every read path, over older values
+in files and in the memtable, after checkpoints and restores (trusted or checked), and with
+TTL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from stateengine import (KeyedStateBackend, KeyGroupRange, MapStateDescriptor, StateTtlConfig,
+                         ValueStateDescriptor, _native)
+from stateengine.checkpoint import restore as restore_module
+from stateengine.checkpoint import untrusted
+from tests.test_batch import raw_contents
+
+N = 3_000  # distinct keys per batch put: above the threshold the tests set, below the default's
+
+
+@pytest.fixture
+def ingest_above():
+    """Sets the ingestion threshold for the test (None: never ingest), then restores it."""
+    old = _native._set_batch_ingest_min_keys(0)
+
+    def set_to(keys: int | None) -> None:
+        _native._set_batch_ingest_min_keys(keys or 0)
+
+    yield set_to
+    _native._set_batch_ingest_min_keys(old)
+
+
+def _writes(be: KeyedStateBackend) -> None:
+    """Scalar puts, batch puts over them (duplicate keys, None deletes), scalar puts over
+    those, and a second batch put: what each route must agree on."""
+    rng = np.random.default_rng(11)
+    v = be.get_state(ValueStateDescriptor("v", value_type=str))
+    s = be.get_state(ValueStateDescriptor("s", value_type="count long, total double"))
+    m = be.get_state(MapStateDescriptor("m", user_key_type=int, value_type=float))
+    for k in range(0, 400, 3):  # older values in the memtable, under the batch's keys
+        be.set_current_key(k)
+        v.update(f"scalar {k}")
+    be._native_flush()
+    for k in range(1, 400, 3):  # and older values in a file
+        be.set_current_key(k)
+        v.update(f"flushed {k}")
+    keys = rng.integers(0, N + N // 2, N * 2)
+    texts = np.array([None if x % 7 == 0 else f"batch {x}" for x in rng.integers(0, 10**6, keys.size)],
+                     dtype=object)
+    v.put_many(keys, texts)
+    s.put_many(keys, {"count": keys * 2, "total": keys / 4})
+    for k in range(2, 400, 5):  # scalar writes after the ingested file win over it
+        be.set_current_key(int(k))
+        v.update(f"after {k}")
+    be.set_current_key(5)
+    v.clear()
+    v.put_many(pa.array(np.arange(N, 2 * N)), pa.array([f"second {k}" for k in range(N, 2 * N)]))
+    be.set_current_key(9)
+    m.put_all({i: i / 2 for i in range(5)})
+
+
+def _contents(be: KeyedStateBackend) -> dict:
+    return {name: raw_contents(be, be.get_state(desc)) for name, desc in (
+        ("v", ValueStateDescriptor("v", value_type=str)),
+        ("s", ValueStateDescriptor("s", value_type="count long, total double")),
+        ("m", MapStateDescriptor("m", user_key_type=int, value_type=float)))}
+
+
+def test_ingested_batches_leave_the_state_the_memtable_route_leaves(make_backend, ingest_above):
+    ingest_above(None)
+    through_memtable = make_backend(key_type=int)
+    _writes(through_memtable)
+    ingest_above(1_000)
+    ingested = make_backend(key_type=int)
+    before = ingested.metrics()["sst_files"]
+    _writes(ingested)
+    after = ingested.metrics()
+    # three batch puts of >= 1,000 keys became files without a flush of their rows
+    assert after["sst_files"] >= before + 3
+    expected = _contents(through_memtable)
+    assert _contents(ingested) == expected
+    assert len(expected["v"]) > N
+    # and read one key at a time, and by batch
+    v = ingested.get_state(ValueStateDescriptor("v", value_type=str))
+    probe = list(range(0, 2 * N, 7))
+    values = []
+    for k in probe:
+        ingested.set_current_key(k)
+        values.append(v.value())
+    batch, found = v.get_many(np.array(probe))
+    assert list(batch) == values and list(found) == [x is not None for x in values]
+    mv = through_memtable.get_state(ValueStateDescriptor("v", value_type=str))
+    assert list(mv.get_many(np.array(probe))[0]) == values
+    ingested.set_current_key(5)
+    assert v.value() is None
+    ingested.set_current_key(2)
+    assert v.value() == "after 2"
+
+
+def test_small_batches_stay_in_the_memtable(make_backend, ingest_above):
+    ingest_above(1_000)
+    be = make_backend(key_type=int)
+    v = be.get_state(ValueStateDescriptor("v", value_type=int))
+    v.put_many(np.arange(999), np.arange(999))
+    m = be.metrics()
+    assert m["sst_files"] == 0 and m["memtable_bytes"] > 999 * 8
+    # ingested over keys the memtable holds: RocksDB flushes the memtable first, so the file
+    # (newer) wins over what the memtable held
+    v.put_many(np.arange(1_000), np.arange(1_000) + 5)
+    m = be.metrics()
+    assert m["sst_files"] == 2 and m["memtable_bytes"] < 999 * 8
+    assert v.get_many(np.arange(1_000))[0].tolist() == (np.arange(1_000) + 5).tolist()
+
+
+def test_ingested_state_survives_checkpoint_and_checked_restore(tmp_path, ingest_above,
+                                                                 monkeypatch):
+    """A restore on another machine reads every table it did not write (untrusted.py): an
+    ingested file (its sequence number in the MANIFEST only) passes and reads the same."""
+    ingest_above(1_000)
+    monkeypatch.setattr(untrusted, "_shared_root", None)  # no machine-wide memo either
+    monkeypatch.setattr(untrusted, "_shared_explicit", False)
+    checks = []
+
+    def check(db_dir, source):
+        checks.append(untrusted.check_rocksdb_files(db_dir, source))
+        return checks[-1]
+
+    monkeypatch.setattr(restore_module, "check_rocksdb_files", check)
+    src = KeyedStateBackend(str(tmp_path / "src"), key_type=int)
+    try:
+        _writes(src)
+        expected = _contents(src)
+        handle = src.checkpoint(1, str(tmp_path / "ck")).result()
+        _writes(src)  # a second round over the first: newer files over older ones
+        expected2 = _contents(src)
+        handle2 = src.checkpoint(2, str(tmp_path / "ck")).result()
+    finally:
+        src.dispose()
+    untrusted.forget_checks()
+    try:
+        for h, want, where in ((handle, expected, "r1"), (handle2, expected2, "r2")):
+            untrusted.forget_checks()
+            restored = KeyedStateBackend.restore(str(tmp_path / where), [h])
+            try:
+                assert checks[-1]["files"] == checks[-1]["scanned"] >= 3, checks
+                assert _contents(restored) == want
+            finally:
+                restored.dispose()
+        # rescaled: half the key groups, the entries of theirs
+        half = KeyedStateBackend.restore(str(tmp_path / "half"), [handle2],
+                                         key_group_range=KeyGroupRange(0, 63))
+        try:
+            got = _contents(half)
+            assert 0 < len(got["v"]) < len(expected2["v"])
+            assert set(got["v"]) <= set(expected2["v"])
+        finally:
+            half.dispose()
+    finally:
+        untrusted.forget_checks()
+
+
+def test_ingested_puts_carry_ttl_stamps(make_backend, ingest_above):
+    ingest_above(1_000)
+    be = make_backend(key_type=int)
+    v = be.get_state(ValueStateDescriptor("v", value_type=int, ttl=StateTtlConfig(100)))
+    be.set_ttl_time(1_000)
+    v.put_many(np.arange(2_000), np.arange(2_000) * 3)
+    assert be.metrics()["sst_files"] == 1
+    be.set_ttl_time(1_099)
+    got, found = v.get_many(np.arange(2_000))
+    assert found.all() and got.tolist() == (np.arange(2_000) * 3).tolist()
+    be.set_ttl_time(1_100)
+    _, found = v.get_many(np.arange(2_000))
+    assert not found.any()
