@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <rocksdb/db.h>
@@ -23,9 +24,10 @@ size_t BatchIngestMinKeys() { return g_ingest_min_keys.load(); }
 bool IngestBatchPut(StateDB* db, int cf, size_t keys) {
   const size_t min_keys = g_ingest_min_keys.load(std::memory_order_relaxed);
   if (min_keys == 0 || keys < min_keys) return false;
-  uint64_t l0 = 0;
-  return db->raw()->GetIntProperty(db->handle(cf), "rocksdb.num-files-at-level0", &l0) &&
-         l0 < kIngestMaxL0Files;
+  // a string property (GetIntProperty does not serve it)
+  std::string l0;
+  if (!db->raw()->GetProperty(db->handle(cf), "rocksdb.num-files-at-level0", &l0)) return false;
+  return std::strtoull(l0.c_str(), nullptr, 10) < kIngestMaxL0Files;
 }
 
 IngestedBatch::IngestedBatch(StateDB* db, int cf) : db_(db), cf_(cf) {}
