@@ -119,9 +119,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     build = builds.use(args.rocksdb, False, __file__)  # may restart this script
     if args.ingest_min_keys is not None:
-        from stateengine import _native
+        from stateengine import configure_batch_ingest
 
-        _native._set_batch_ingest_min_keys(args.ingest_min_keys)
+        configure_batch_ingest(args.ingest_min_keys)
     scratch = tempfile.mkdtemp(prefix="stateengine-body-", dir=args.scratch)
     try:
         best: dict[str, float] = {}

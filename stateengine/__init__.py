@@ -9,8 +9,11 @@ Quick use::
     count.update(count.value() + 1)
 """
 
+import os
+
 from . import aggregates, evolution, reducers
-from ._native import configure_bloom_filters, configure_memory, memory_usage
+from ._native import (configure_batch_ingest, configure_bloom_filters, configure_memory,
+                      memory_usage)
 from .backend import KeyedStateBackend
 from .descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
                           ReducingStateDescriptor, SortedMapStateDescriptor, StateDescriptor,
@@ -38,6 +41,23 @@ from .ttl import StateTtlConfig, StateVisibility, UpdateType
 
 __version__ = "0.1.0"
 
+
+def _batch_ingest_from_environment() -> None:
+    raw = os.environ.get("STATEENGINE_BATCH_INGEST_MIN_KEYS", "").strip()
+    if not raw:
+        return
+    try:
+        keys = int(raw)
+    except ValueError:
+        keys = -1
+    if keys < 0:
+        raise ValueError(f"STATEENGINE_BATCH_INGEST_MIN_KEYS ({raw!r}) must be an int >= 0 "
+                         f"(0: batch puts never ingest)")
+    configure_batch_ingest(keys)
+
+
+_batch_ingest_from_environment()
+
 __all__ = [
     "StateMetrics", "version_metrics",
     "AggregateFunction", "AggregatingState", "CheckpointStorage", "OperatorListState",
@@ -54,7 +74,8 @@ __all__ = [
     "SortedMapStateDescriptor", "StateDescriptor", "StateEngineError", "StateKind",
     "StateRegistrationError", "StateTtlConfig", "StateVisibility", "StorageError",
     "TtlTimeNotSetError", "UnknownStateError", "UserFunctionError", "UpdateType", "ValueState",
-    "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_bloom_filters", "evolution",
+    "ValueStateDescriptor", "aggregates", "assign_key_group", "configure_batch_ingest",
+    "configure_bloom_filters", "evolution",
     "configure_file_cache", "configure_memory", "file_cache_stats", "key_group_prefix_bytes",
     "load_handle", "memory_usage",
     "operator_for_key_group", "reducers", "spark_hash",

@@ -478,13 +478,6 @@ def _set_batch_read_mode(str mode) -> str:
     return BATCH_READ_MODES[CSetBatchReadMode(BATCH_READ_MODES.index(mode))]
 
 
-def _set_batch_ingest_min_keys(size_t keys) -> int:
-    """Batch puts of at least ``keys`` distinct keys are written as a table file and ingested
-    instead of going through the memtable (0: never), process-wide, for tests and
-    measurements. Returns the previous threshold."""
-    return CSetBatchIngestMinKeys(keys)
-
-
 cdef int _read(NativeState s, _Batch b, bint write_back=True) except -1:
     """Reads the batch's distinct keys; write_back=False for the read of a read-modify-write
     (a state with TTL then neither cleans up nor restamps what it reads)."""

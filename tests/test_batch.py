@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from stateengine import (AggregatingStateDescriptor, KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
                          ListStateDescriptor, MapStateDescriptor, NullElementError,
                          ReducingStateDescriptor, SerializationError, SortedMapStateDescriptor,
-                         ValueStateDescriptor, _native, aggregates, reducers)
+                         ValueStateDescriptor, aggregates, configure_batch_ingest, reducers)
 from tests.user_functions import Average
 
 SETTINGS = settings(max_examples=40, deadline=None,
@@ -577,11 +577,11 @@ def test_large_shuffled_batches_of_every_value_column(make_backend, ingest_min_k
     every kind of value column, with repeated keys in random order and None values, against
     a dict of the last write (a key's sum and list) per key, read back one key at a time;
     batch puts through the memtable and ingested as a table file (csrc/batch_ingest.h)."""
-    old = _native._set_batch_ingest_min_keys(ingest_min_keys)
+    old = configure_batch_ingest(ingest_min_keys)
     try:
         _check_every_value_column(make_backend)
     finally:
-        _native._set_batch_ingest_min_keys(old)
+        configure_batch_ingest(old)
 
 
 def _check_every_value_column(make_backend):

@@ -5,12 +5,16 @@ TTL."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from stateengine import (KeyedStateBackend, KeyGroupRange, MapStateDescriptor, StateTtlConfig,
-                         ValueStateDescriptor, _native)
+                         ValueStateDescriptor, configure_batch_ingest)
 from stateengine.checkpoint import restore as restore_module
 from stateengine.checkpoint import untrusted
 from tests.test_batch import raw_contents
@@ -21,13 +25,13 @@ N = 3_000  # distinct keys per batch put: above the threshold the tests set, bel
 @pytest.fixture
 def ingest_above():
     """Sets the ingestion threshold for the test (None: never ingest), then restores it."""
-    old = _native._set_batch_ingest_min_keys(0)
+    old = configure_batch_ingest(0)
 
     def set_to(keys: int | None) -> None:
-        _native._set_batch_ingest_min_keys(keys or 0)
+        configure_batch_ingest(keys or 0)
 
     yield set_to
-    _native._set_batch_ingest_min_keys(old)
+    configure_batch_ingest(old)
 
 
 def _writes(be: KeyedStateBackend) -> None:
@@ -172,3 +176,24 @@ def test_ingested_puts_carry_ttl_stamps(make_backend, ingest_above):
     be.set_ttl_time(1_100)
     _, found = v.get_many(np.arange(2_000))
     assert not found.any()
+
+
+def test_the_threshold_is_checked_and_set_from_the_environment(tmp_path):
+    old = configure_batch_ingest()
+    try:
+        assert configure_batch_ingest(old) == 4096  # the default
+        for bad in (-1, 1.5, "4096", True, None):
+            with pytest.raises(ValueError, match="min_keys must be an int >= 0"):
+                configure_batch_ingest(bad)
+    finally:
+        configure_batch_ingest(old)
+    probe = ("import stateengine\n"
+             "print(stateengine.configure_batch_ingest(7))\n")
+    for value, expect in (("0", "0"), ("123", "123"), (" ", "4096")):
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             env={**os.environ, "STATEENGINE_BATCH_INGEST_MIN_KEYS": value})
+        assert out.returncode == 0 and out.stdout.strip() == expect, out.stderr
+    bad = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "STATEENGINE_BATCH_INGEST_MIN_KEYS": "lots"})
+    assert bad.returncode != 0
+    assert "STATEENGINE_BATCH_INGEST_MIN_KEYS ('lots') must be an int >= 0" in bad.stderr
