@@ -2,10 +2,11 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include <rocksdb/comparator.h>
 #include <rocksdb/db.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 
 #include "db.h"
@@ -21,13 +22,22 @@ std::atomic<uint64_t> g_next_file{0};
 size_t SetBatchIngestMinKeys(size_t keys) { return g_ingest_min_keys.exchange(keys); }
 size_t BatchIngestMinKeys() { return g_ingest_min_keys.load(); }
 
-bool IngestBatchPut(StateDB* db, int cf, size_t keys) {
+bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smallest,
+                    const rocksdb::Slice& largest) {
   const size_t min_keys = g_ingest_min_keys.load(std::memory_order_relaxed);
   if (min_keys == 0 || keys < min_keys) return false;
-  // a string property (GetIntProperty does not serve it)
-  std::string l0;
-  if (!db->raw()->GetProperty(db->handle(cf), "rocksdb.num-files-at-level0", &l0)) return false;
-  return std::strtoull(l0.c_str(), nullptr, 10) < kIngestMaxL0Files;
+  rocksdb::ColumnFamilyMetaData meta;
+  db->raw()->GetColumnFamilyMetaData(db->handle(cf), &meta);
+  if (meta.levels.empty() || meta.levels[0].level != 0) return false;
+  const auto& l0 = meta.levels[0].files;
+  if (l0.size() >= kIngestMaxL0Files) return false;
+  const rocksdb::Comparator* cmp = rocksdb::BytewiseComparator();
+  for (const auto& f : l0) {
+    if (cmp->Compare(f.smallestkey, largest) <= 0 && cmp->Compare(smallest, f.largestkey) <= 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 IngestedBatch::IngestedBatch(StateDB* db, int cf) : db_(db), cf_(cf) {}

@@ -762,7 +762,9 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
   }
   return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
     rocksdb::Status st;
-    if (IngestBatchPut(db, cf, batch.groups())) {
+    const size_t groups = batch.groups();
+    if (groups > 0 &&
+        IngestBatchPut(db, cf, groups, batch.group_key(0), batch.group_key(groups - 1))) {
       IngestSink sink(db, cf);
       st = sink.file.Open();
       if (st.ok()) st = PutGroups(&sink, ttl, now, batch, values, value_codec, map_values, per_group, err);

@@ -579,12 +579,14 @@ def test_large_shuffled_batches_of_every_value_column(make_backend, ingest_min_k
     batch puts through the memtable and ingested as a table file (csrc/batch_ingest.h)."""
     old = configure_batch_ingest(ingest_min_keys)
     try:
-        _check_every_value_column(make_backend)
+        _check_every_value_column(make_backend, over_a_table=ingest_min_keys > 0)
     finally:
         configure_batch_ingest(old)
 
 
-def _check_every_value_column(make_backend):
+def _check_every_value_column(make_backend, over_a_table: bool):
+    """over_a_table: each state first gets the same puts in reverse and a flush, so that the
+    checked batch put finds an L0 table under it (only then is a batch ingested)."""
     rng = np.random.default_rng(7)
     n = 5_000
     keys = rng.integers(0, 1_500, n)
@@ -605,13 +607,22 @@ def _check_every_value_column(make_backend):
     be = make_backend()
     for name, (vtype, column, plain) in columns.items():
         v = be.get_state(ValueStateDescriptor(f"v {name}", value_type=vtype))
+        if over_a_table:
+            v.put_many(keys[::-1], column[::-1])
+            be._native_flush()
+            files = be.metrics()["sst_files"]
         v.put_many(keys, column)
+        if over_a_table:
+            assert be.metrics()["sst_files"] == files + 1, name  # ingested, not in memtable
         last = {}
         for k, x in zip(keys.tolist(), plain):
             last[k] = x
         probe = sorted(set(keys.tolist()))
         assert scalar_values(be, v, probe, lambda s: s.value()) == [last[k] for k in probe], name
     struct = be.get_state(ValueStateDescriptor("s", value_type="count long, total double"))
+    if over_a_table:
+        struct.put_many(keys[::-1], {"count": ints[::-1], "total": ints[::-1] / 2})
+        be._native_flush()
     struct.put_many(keys, {"count": ints, "total": ints / 2})
     last = {}
     for k, c in zip(keys.tolist(), ints.tolist()):

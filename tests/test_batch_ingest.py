@@ -101,19 +101,27 @@ def test_ingested_batches_leave_the_state_the_memtable_route_leaves(make_backend
     assert v.value() == "after 2"
 
 
-def test_small_batches_stay_in_the_memtable(make_backend, ingest_above):
+def test_only_large_batches_over_a_level0_table_are_ingested(make_backend, ingest_above):
+    """An ingested file must land in L0 as a flush's table does (batch_ingest.h): so into a
+    state with no L0 table the batch goes through the memtable, as do batches below the
+    threshold."""
     ingest_above(1_000)
     be = make_backend(key_type=int)
     v = be.get_state(ValueStateDescriptor("v", value_type=int))
-    v.put_many(np.arange(999), np.arange(999))
+    v.put_many(np.arange(2_000), np.arange(2_000))  # nothing in L0 yet
     m = be.metrics()
-    assert m["sst_files"] == 0 and m["memtable_bytes"] > 999 * 8
+    assert m["sst_files"] == 0 and m["memtable_bytes"] > 2_000 * 8
+    be._native_flush()
+    v.put_many(np.arange(999), np.arange(999) + 1)  # below the threshold
+    m = be.metrics()
+    assert m["sst_files"] == 1 and m["memtable_bytes"] > 999 * 8
     # ingested over keys the memtable holds: RocksDB flushes the memtable first, so the file
     # (newer) wins over what the memtable held
-    v.put_many(np.arange(1_000), np.arange(1_000) + 5)
+    v.put_many(np.arange(1_500), np.arange(1_500) + 5)
     m = be.metrics()
-    assert m["sst_files"] == 2 and m["memtable_bytes"] < 999 * 8
-    assert v.get_many(np.arange(1_000))[0].tolist() == (np.arange(1_000) + 5).tolist()
+    assert m["sst_files"] == 3 and m["memtable_bytes"] < 999 * 8
+    got, _ = v.get_many(np.arange(2_000))
+    assert got.tolist() == (np.arange(1_500) + 5).tolist() + list(range(1_500, 2_000))
 
 
 def test_ingested_state_survives_checkpoint_and_checked_restore(tmp_path, ingest_above,
@@ -168,8 +176,10 @@ def test_ingested_puts_carry_ttl_stamps(make_backend, ingest_above):
     be = make_backend(key_type=int)
     v = be.get_state(ValueStateDescriptor("v", value_type=int, ttl=StateTtlConfig(100)))
     be.set_ttl_time(1_000)
+    v.put_many(np.arange(2_000), np.arange(2_000))
+    be._native_flush()
     v.put_many(np.arange(2_000), np.arange(2_000) * 3)
-    assert be.metrics()["sst_files"] == 1
+    assert be.metrics()["sst_files"] == 2
     be.set_ttl_time(1_099)
     got, found = v.get_many(np.arange(2_000))
     assert found.all() and got.tolist() == (np.arange(2_000) * 3).tolist()
