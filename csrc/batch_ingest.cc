@@ -14,7 +14,8 @@
 namespace stateengine {
 
 namespace {
-// Measured with bench/scale_body.py and bench/ingest_threshold.py (docs/performance/scale.md).
+// 4,096: even with the memtable at ~1k keys a batch, ahead from ~4k (bench/scale_body.py
+// --ingest-min-keys; docs/performance/scale.md, fourth round). configure_batch_ingest sets it.
 std::atomic<size_t> g_ingest_min_keys{4096};
 std::atomic<uint64_t> g_next_file{0};
 }  // namespace

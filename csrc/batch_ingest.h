@@ -18,7 +18,7 @@ class StateDB;
 
 // Batch puts of at least this many distinct keys are ingested (0: never). Below it the fixed
 // cost of a file and a MANIFEST edit outweighs the memtable's per-key cost. Process-wide;
-// returns the old value (tests and measurements set it).
+// returns the old value (stateengine.configure_batch_ingest).
 size_t SetBatchIngestMinKeys(size_t keys);
 size_t BatchIngestMinKeys();
 
