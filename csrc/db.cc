@@ -140,6 +140,12 @@ rocksdb::DBOptions StateDB::MakeDBOptions() {
   o.stats_persist_period_sec = 0;
   // Durability comes from checkpoints: nothing in the local directory must survive a crash.
   o.avoid_flush_during_shutdown = true;
+  // Every checkpoint copies (and uploads) the whole MANIFEST, to which each flush appends an
+  // edit (~160 bytes a commit) and which RocksDB rolls only past this size (1 GiB by default):
+  // 490 KB after 3,000 commits, tens of MB after months of micro-batches, in every version.
+  // A rolled MANIFEST starts from a snapshot of the live files, so a checkpoint's copy stays
+  // within about this size plus that snapshot.
+  o.max_manifest_file_size = kMaxManifestBytes;
   static const auto trim = std::make_shared<TrimAfterBackgroundWork>();
   o.listeners.push_back(trim);
   return o;

@@ -138,6 +138,9 @@ class CreatedTables : public rocksdb::EventListener {
   std::unordered_set<std::string> names_;  // base names, e.g. 000012.sst
 };
 
+// RocksDB rolls a database's MANIFEST past this size (StateDB::MakeDBOptions).
+constexpr uint64_t kMaxManifestBytes = 64 << 10;
+
 class StateDB {
  public:
   // Opens the database at path with exactly the given column families; creates what is
