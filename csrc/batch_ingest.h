@@ -23,7 +23,9 @@ size_t SetBatchIngestMinKeys(size_t keys);
 size_t BatchIngestMinKeys();
 
 // Whether a put of `keys` distinct keys from `smallest` to `largest` into column family cf is
-// ingested: large enough, and landing in L0 as a flush's table would. RocksDB places an
+// ingested: large enough, the first write since the memtable was last flushed (a Spark task's
+// put between its reads and its commit; puts joining other writes share their later flush),
+// and landing in L0 as a flush's table would. RocksDB places an
 // ingested file in the deepest level it does not overlap, so into an LSM without an
 // overlapping L0 file, files stack up one per level (L6, L5, L4...), where no compaction
 // merges them (each level is far below its target size) and every later read consults each:

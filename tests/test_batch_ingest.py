@@ -34,33 +34,45 @@ def ingest_above():
     configure_batch_ingest(old)
 
 
-def _writes(be: KeyedStateBackend) -> None:
-    """Scalar puts, batch puts over them (duplicate keys, None deletes), scalar puts over
-    those, and a second batch put: what each route must agree on."""
+def _writes(be: KeyedStateBackend) -> list[int]:
+    """Older values in two files, batch puts over them (duplicate keys, None deletes), scalar
+    puts over those, and a second batch put after a flush: what each route must agree on.
+    Returns how much the memtables grew at each batch put of `v` and `s` (none: ingested)."""
     rng = np.random.default_rng(11)
     v = be.get_state(ValueStateDescriptor("v", value_type=str))
     s = be.get_state(ValueStateDescriptor("s", value_type="count long, total double"))
     m = be.get_state(MapStateDescriptor("m", user_key_type=int, value_type=float))
-    for k in range(0, 400, 3):  # older values in the memtable, under the batch's keys
+    for k in range(0, 400, 3):  # older values in a file, under the batch's keys
         be.set_current_key(k)
         v.update(f"scalar {k}")
+        s.update({"count": -k, "total": 0.5})
     be._native_flush()
-    for k in range(1, 400, 3):  # and older values in a file
+    for k in range(1, 400, 3):  # and in a second one
         be.set_current_key(k)
         v.update(f"flushed {k}")
+    be._native_flush()
+    grew = []
+
+    def put(state, *args) -> None:
+        before = be.metrics()["memtable_bytes"]
+        state.put_many(*args)
+        grew.append(be.metrics()["memtable_bytes"] - before)
+
     keys = rng.integers(0, N + N // 2, N * 2)
     texts = np.array([None if x % 7 == 0 else f"batch {x}" for x in rng.integers(0, 10**6, keys.size)],
                      dtype=object)
-    v.put_many(keys, texts)
-    s.put_many(keys, {"count": keys * 2, "total": keys / 4})
+    put(v, keys, texts)
+    put(s, keys, {"count": keys * 2, "total": keys / 4})
     for k in range(2, 400, 5):  # scalar writes after the ingested file win over it
         be.set_current_key(int(k))
         v.update(f"after {k}")
     be.set_current_key(5)
     v.clear()
-    v.put_many(pa.array(np.arange(N, 2 * N)), pa.array([f"second {k}" for k in range(N, 2 * N)]))
+    be._native_flush()
+    put(v, pa.array(np.arange(N, 2 * N)), pa.array([f"second {k}" for k in range(N, 2 * N)]))
     be.set_current_key(9)
     m.put_all({i: i / 2 for i in range(5)})
+    return grew
 
 
 def _contents(be: KeyedStateBackend) -> dict:
@@ -73,14 +85,10 @@ def _contents(be: KeyedStateBackend) -> dict:
 def test_ingested_batches_leave_the_state_the_memtable_route_leaves(make_backend, ingest_above):
     ingest_above(None)
     through_memtable = make_backend(key_type=int)
-    _writes(through_memtable)
+    assert all(g > N * 8 for g in _writes(through_memtable))
     ingest_above(1_000)
     ingested = make_backend(key_type=int)
-    before = ingested.metrics()["sst_files"]
-    _writes(ingested)
-    after = ingested.metrics()
-    # three batch puts of >= 1,000 keys became files without a flush of their rows
-    assert after["sst_files"] >= before + 3
+    assert _writes(ingested) == [0, 0, 0]  # every batch put became a file
     expected = _contents(through_memtable)
     assert _contents(ingested) == expected
     assert len(expected["v"]) > N
@@ -101,10 +109,9 @@ def test_ingested_batches_leave_the_state_the_memtable_route_leaves(make_backend
     assert v.value() == "after 2"
 
 
-def test_only_large_batches_over_a_level0_table_are_ingested(make_backend, ingest_above):
-    """An ingested file must land in L0 as a flush's table does (batch_ingest.h): so into a
-    state with no L0 table the batch goes through the memtable, as do batches below the
-    threshold."""
+def test_only_large_first_batches_over_a_level0_table_are_ingested(make_backend, ingest_above):
+    """An ingested file must land in L0 as a flush's table does, and only a put into an empty
+    memtable is ingested (batch_ingest.h); other batches go through the memtable."""
     ingest_above(1_000)
     be = make_backend(key_type=int)
     v = be.get_state(ValueStateDescriptor("v", value_type=int))
@@ -112,16 +119,16 @@ def test_only_large_batches_over_a_level0_table_are_ingested(make_backend, inges
     m = be.metrics()
     assert m["sst_files"] == 0 and m["memtable_bytes"] > 2_000 * 8
     be._native_flush()
-    v.put_many(np.arange(999), np.arange(999) + 1)  # below the threshold
+    empty = be.metrics()["memtable_bytes"]
+    v.put_many(np.arange(1_500), np.arange(1_500) + 5)  # over the flushed table: ingested
     m = be.metrics()
-    assert m["sst_files"] == 1 and m["memtable_bytes"] > 999 * 8
-    # ingested over keys the memtable holds: RocksDB flushes the memtable first, so the file
-    # (newer) wins over what the memtable held
-    v.put_many(np.arange(1_500), np.arange(1_500) + 5)
+    assert m["sst_files"] == 2 and m["memtable_bytes"] == empty
+    v.put_many(np.arange(999), np.arange(999) + 7)  # below the threshold
+    v.put_many(np.arange(1_000, 2_000), np.arange(1_000))  # into a memtable holding writes
     m = be.metrics()
-    assert m["sst_files"] == 3 and m["memtable_bytes"] < 999 * 8
+    assert m["sst_files"] == 2 and m["memtable_bytes"] > 1_999 * 8
     got, _ = v.get_many(np.arange(2_000))
-    assert got.tolist() == (np.arange(1_500) + 5).tolist() + list(range(1_500, 2_000))
+    assert got.tolist() == list(range(7, 1_006)) + [999 + 5] + list(range(1_000))
 
 
 def test_ingested_state_survives_checkpoint_and_checked_restore(tmp_path, ingest_above,
