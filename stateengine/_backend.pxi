@@ -52,7 +52,10 @@ def configure_batch_ingest(min_keys=DEFAULT_BATCH_INGEST_MIN_KEYS) -> int:
 
     The batch's keys are already sorted, which is all a table file needs, so ingesting saves
     the memtable insert of each key now and the flush of the same entries at the commit (a
-    quarter of the state's CPU per key at 400k to 2M keys a batch). The environment variable
+    quarter of the state's CPU per key at 400k to 2M keys a batch). A put is ingested only as
+    the first write since the column family's last flush and over one of its level-0 tables
+    (so the file lands in level 0, where compaction merges it as a flush's); other puts go
+    through the memtable. The environment variable
     ``STATEENGINE_BATCH_INGEST_MIN_KEYS`` sets it when stateengine is imported (in Spark, set
     it on the executors: ``spark.executorEnv.STATEENGINE_BATCH_INGEST_MIN_KEYS``)."""
     if isinstance(min_keys, bool) or not isinstance(min_keys, int) or min_keys < 0:
