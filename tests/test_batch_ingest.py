@@ -35,8 +35,8 @@ def ingest_above():
 
 
 def _writes(be: KeyedStateBackend) -> list[int]:
-    """Older values in two files, batch puts over them (duplicate keys, None deletes), scalar
-    puts over those, and a second batch put after a flush: what each route must agree on.
+    """Older values in two files, batch puts over them (duplicate keys, None deletes), a
+    second batch put, and scalar puts over those: what each route must agree on.
     Returns how much the memtables grew at each batch put of `v` and `s` (none: ingested)."""
     rng = np.random.default_rng(11)
     v = be.get_state(ValueStateDescriptor("v", value_type=str))
@@ -63,13 +63,14 @@ def _writes(be: KeyedStateBackend) -> list[int]:
                      dtype=object)
     put(v, keys, texts)
     put(s, keys, {"count": keys * 2, "total": keys / 4})
-    for k in range(2, 400, 5):  # scalar writes after the ingested file win over it
+    # a second batch over the first (3 L0 tables, below compaction's trigger of 4, so L0
+    # still holds one to ingest over, whenever compaction runs)
+    put(v, pa.array(np.arange(N, 2 * N)), pa.array([f"second {k}" for k in range(N, 2 * N)]))
+    for k in range(2, 400, 5):  # scalar writes after the ingested files win over them
         be.set_current_key(int(k))
         v.update(f"after {k}")
     be.set_current_key(5)
     v.clear()
-    be._native_flush()
-    put(v, pa.array(np.arange(N, 2 * N)), pa.array([f"second {k}" for k in range(N, 2 * N)]))
     be.set_current_key(9)
     m.put_all({i: i / 2 for i in range(5)})
     return grew
@@ -85,7 +86,7 @@ def _contents(be: KeyedStateBackend) -> dict:
 def test_ingested_batches_leave_the_state_the_memtable_route_leaves(make_backend, ingest_above):
     ingest_above(None)
     through_memtable = make_backend(key_type=int)
-    assert all(g > N * 8 for g in _writes(through_memtable))
+    assert sum(_writes(through_memtable)) > N * 8  # the memtables grew
     ingest_above(1_000)
     ingested = make_backend(key_type=int)
     assert _writes(ingested) == [0, 0, 0]  # every batch put became a file
