@@ -14,14 +14,11 @@
 namespace stateengine {
 
 namespace {
-// 4,096: even with the memtable at ~1k keys a batch, ahead from ~4k (bench/scale_body.py
-// --ingest-min-keys; docs/performance/scale.md, fourth round). configure_batch_ingest sets it.
-std::atomic<size_t> g_ingest_min_keys{4096};
+std::atomic<size_t> g_ingest_min_keys{kDefaultBatchIngestMinKeys};
 std::atomic<uint64_t> g_next_file{0};
 }  // namespace
 
 size_t SetBatchIngestMinKeys(size_t keys) { return g_ingest_min_keys.exchange(keys); }
-size_t BatchIngestMinKeys() { return g_ingest_min_keys.load(); }
 
 bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smallest,
                     const rocksdb::Slice& largest) {
@@ -70,7 +67,7 @@ rocksdb::Status IngestedBatch::Open() {
   return writer_->Open(path_);
 }
 
-rocksdb::Status IngestedBatch::Ingest() {
+rocksdb::Status IngestedBatch::Finish() {
   rocksdb::Status st = writer_->Finish();
   if (!st.ok()) return st;
   writer_.reset();

@@ -17,10 +17,12 @@ namespace stateengine {
 class StateDB;
 
 // Batch puts of at least this many distinct keys are ingested (0: never). Below it the fixed
-// cost of a file and a MANIFEST edit outweighs the memtable's per-key cost. Process-wide;
-// returns the old value (stateengine.configure_batch_ingest).
+// cost of a file and a MANIFEST edit outweighs the memtable's per-key cost: even with the
+// memtable at ~1k keys a batch, ahead from ~4k (bench/scale_body.py --ingest-min-keys;
+// docs/performance/scale.md, fourth round). Process-wide; returns the old value
+// (stateengine.configure_batch_ingest, whose default is this constant).
+constexpr size_t kDefaultBatchIngestMinKeys = 4096;
 size_t SetBatchIngestMinKeys(size_t keys);
-size_t BatchIngestMinKeys();
 
 // Whether a put of `keys` distinct keys from `smallest` to `largest` into column family cf is
 // ingested: large enough, the first write since the memtable was last flushed (a Spark task's
@@ -57,7 +59,7 @@ class IngestedBatch {
   rocksdb::Status Delete(const rocksdb::Slice& key) { return writer_->Delete(key); }
   // Finishes the file and ingests it (flushing the column family's memtable first if it holds
   // any of the file's keys).
-  rocksdb::Status Ingest();
+  rocksdb::Status Finish();
 
  private:
   StateDB* db_;

@@ -684,23 +684,16 @@ size_t PutBatchBytes(const KeyBatch& batch, const ColumnView& values) {
 
 namespace {
 
-// Where a batch put's entries go: one WriteBatch (through the memtable), or one table file
-// ingested (batch_ingest.h). Both take the distinct keys in key order.
+// A batch put's entries through the memtable: one WriteBatch. (The other sink is an
+// IngestedBatch, batch_ingest.h.) Both take the distinct keys in key order.
 struct WriteBatchSink {
-  rocksdb::WriteBatch wb;
+  StateDB* db;
   rocksdb::ColumnFamilyHandle* h;
-  WriteBatchSink(size_t reserve, rocksdb::ColumnFamilyHandle* handle) : wb(reserve), h(handle) {}
+  rocksdb::WriteBatch wb;
+  WriteBatchSink(StateDB* d, int cf, size_t reserve) : db(d), h(d->handle(cf)), wb(reserve) {}
   rocksdb::Status Put(const rocksdb::Slice& k, const rocksdb::Slice& v) { return wb.Put(h, k, v); }
   rocksdb::Status Delete(const rocksdb::Slice& k) { return wb.Delete(h, k); }
-  rocksdb::Status Finish(StateDB* db) { return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb); }
-};
-
-struct IngestSink {
-  IngestedBatch file;
-  IngestSink(StateDB* db, int cf) : file(db, cf) {}
-  rocksdb::Status Put(const rocksdb::Slice& k, const rocksdb::Slice& v) { return file.Put(k, v); }
-  rocksdb::Status Delete(const rocksdb::Slice& k) { return file.Delete(k); }
-  rocksdb::Status Finish(StateDB*) { return file.Ingest(); }
+  rocksdb::Status Finish() { return wb.Count() == 0 ? rocksdb::Status::OK() : db->Write(&wb); }
 };
 
 // The entries of a batch put, one per distinct key in key order, into sink.
@@ -761,18 +754,21 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
     if (!st.ok()) return st;
   }
   return GuardStatus("writing a batch", [&]() -> rocksdb::Status {
+    auto write = [&](auto* sink) {
+      rocksdb::Status s = PutGroups(sink, ttl, now, batch, values, value_codec, map_values,
+                                    per_group, err);
+      return s.ok() ? sink->Finish() : s;
+    };
     rocksdb::Status st;
     const size_t groups = batch.groups();
     if (groups > 0 &&
         IngestBatchPut(db, cf, groups, batch.group_key(0), batch.group_key(groups - 1))) {
-      IngestSink sink(db, cf);
-      st = sink.file.Open();
-      if (st.ok()) st = PutGroups(&sink, ttl, now, batch, values, value_codec, map_values, per_group, err);
-      if (st.ok()) st = sink.Finish(db);
+      IngestedBatch file(db, cf);
+      st = file.Open();
+      if (st.ok()) st = write(&file);
     } else {
-      WriteBatchSink sink(PutBatchBytes(batch, values), db->handle(cf));
-      st = PutGroups(&sink, ttl, now, batch, values, value_codec, map_values, per_group, err);
-      if (st.ok()) st = sink.Finish(db);
+      WriteBatchSink sink(db, cf, PutBatchBytes(batch, values));
+      st = write(&sink);
     }
     if (st.ok()) CountPutRows(db, batch, values, per_group);
     return st;

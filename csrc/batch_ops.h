@@ -14,7 +14,6 @@
 #include <rocksdb/slice.h>
 #include <rocksdb/status.h>
 
-#include "batch_ingest.h"  // SetBatchIngestMinKeys: batch puts may ingest
 #include "codec.h"
 #include "db.h"
 #include "merge_operators.h"

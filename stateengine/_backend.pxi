@@ -41,7 +41,7 @@ def configure_bloom_filters(bint bottommost_level=False):
     CStateDB.SetBottommostFilters(bottommost_level)
 
 
-DEFAULT_BATCH_INGEST_MIN_KEYS = 4096
+DEFAULT_BATCH_INGEST_MIN_KEYS = kDefaultBatchIngestMinKeys  # csrc/batch_ingest.h
 
 
 def configure_batch_ingest(min_keys=DEFAULT_BATCH_INGEST_MIN_KEYS) -> int:

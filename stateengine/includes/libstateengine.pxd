@@ -276,6 +276,11 @@ cdef extern from "timers.h" namespace "stateengine" nogil:
         CStateDB*, int, int, int32_t, int32_t, cbool*, int64_t*)
 
 
+cdef extern from "batch_ingest.h" namespace "stateengine" nogil:
+    size_t kDefaultBatchIngestMinKeys "stateengine::kDefaultBatchIngestMinKeys"
+    size_t CSetBatchIngestMinKeys "stateengine::SetBatchIngestMinKeys"(size_t)
+
+
 cdef extern from "batch_ops.h" namespace "stateengine" nogil:
     int kColInt64 "stateengine::kColInt64"
     int kColFloat64 "stateengine::kColFloat64"
@@ -348,7 +353,6 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
     CStatus CBatchMergeList "stateengine::BatchMergeList"(
         CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CBatchError*)
     int CSetBatchReadMode "stateengine::SetBatchReadMode"(int)
-    size_t CSetBatchIngestMinKeys "stateengine::SetBatchIngestMinKeys"(size_t)
     CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*,
                                               cbool)
     cbool CScatterInt64 "stateengine::ScatterInt64"(const CKeyBatch&, const CBatchValues&, CCodec,
