@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from stateengine import KeyedStateBackend, configure_file_cache
+from stateengine import KeyedStateBackend, configure_batch_ingest, configure_file_cache
 from stateengine import local_s3
 
 # S3 clients in this process and in every process it starts (Spark's JVM and Python workers
@@ -39,6 +39,19 @@ def _no_file_cache_across_tests():
     local directory: each test starts without one, as a fresh worker would."""
     yield
     configure_file_cache(None)
+
+
+@pytest.fixture
+def ingest_above():
+    """``ingest_above(keys)`` sets the batch-ingestion threshold (csrc/batch_ingest.h) for the
+    test (None: batch puts never ingest); the old threshold comes back when the test ends."""
+    old = configure_batch_ingest(0)
+
+    def set_to(keys: int | None) -> None:
+        configure_batch_ingest(keys or 0)
+
+    yield set_to
+    configure_batch_ingest(old)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from stateengine import (AggregatingStateDescriptor, KeyGroupOutOfRangeError, KeyGroupRange, KeyTypeError,
                          ListStateDescriptor, MapStateDescriptor, NullElementError,
                          ReducingStateDescriptor, SerializationError, SortedMapStateDescriptor,
-                         ValueStateDescriptor, aggregates, configure_batch_ingest, reducers)
+                         ValueStateDescriptor, aggregates, reducers)
 from tests.user_functions import Average
 
 SETTINGS = settings(max_examples=40, deadline=None,
@@ -572,16 +572,14 @@ def test_large_batches_span_several_multiget_chunks(make_backend):
 
 
 @pytest.mark.parametrize("ingest_min_keys", [0, 1_000], ids=["memtable", "ingested"])
-def test_large_shuffled_batches_of_every_value_column(make_backend, ingest_min_keys):
+def test_large_shuffled_batches_of_every_value_column(make_backend, ingest_above,
+                                                      ingest_min_keys):
     """Batch writes walk the rows in key order and fetch rows ahead of it (csrc/prefetch.h):
     every kind of value column, with repeated keys in random order and None values, against
     a dict of the last write (a key's sum and list) per key, read back one key at a time;
     batch puts through the memtable and ingested as a table file (csrc/batch_ingest.h)."""
-    old = configure_batch_ingest(ingest_min_keys)
-    try:
-        _check_every_value_column(make_backend, over_a_table=ingest_min_keys > 0)
-    finally:
-        configure_batch_ingest(old)
+    ingest_above(ingest_min_keys)
+    _check_every_value_column(make_backend, over_a_table=ingest_min_keys > 0)
 
 
 def _check_every_value_column(make_backend, over_a_table: bool):

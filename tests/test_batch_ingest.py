@@ -22,18 +22,6 @@ from tests.test_batch import raw_contents
 N = 3_000  # distinct keys per batch put: above the threshold the tests set, below the default's
 
 
-@pytest.fixture
-def ingest_above():
-    """Sets the ingestion threshold for the test (None: never ingest), then restores it."""
-    old = configure_batch_ingest(0)
-
-    def set_to(keys: int | None) -> None:
-        configure_batch_ingest(keys or 0)
-
-    yield set_to
-    configure_batch_ingest(old)
-
-
 def _writes(be: KeyedStateBackend) -> list[int]:
     """Older values in two files, batch puts over them (duplicate keys, None deletes), a
     second batch put, and scalar puts over those: what each route must agree on.

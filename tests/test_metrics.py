@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stateengine import (BackendClosedError, KeyedStateBackend, MapStateDescriptor,
-                         ValueStateDescriptor, configure_batch_ingest)
+                         ValueStateDescriptor)
 
 FIELDS = {"estimated_keys", "live_sst_bytes", "sst_files", "memtable_bytes",
           "table_reader_bytes", "pending_compaction_bytes", "pinned_bytes", "states",
@@ -14,9 +14,9 @@ FIELDS = {"estimated_keys", "live_sst_bytes", "sst_files", "memtable_bytes",
           "timers"}
 
 
-def test_metrics_follow_writes_flushes_and_compaction(tmp_path):
+def test_metrics_follow_writes_flushes_and_compaction(tmp_path, ingest_above):
+    ingest_above(None)  # the batch goes through the memtable
     backend = KeyedStateBackend(tmp_path / "db", key_type=int)
-    old = configure_batch_ingest(0)  # the batch goes through the memtable
     try:
         empty = backend.metrics()
         assert set(empty) == FIELDS
@@ -34,7 +34,6 @@ def test_metrics_follow_writes_flushes_and_compaction(tmp_path):
         assert flushed["memtable_bytes"] < written["memtable_bytes"]
         assert flushed["estimated_keys"] == pytest.approx(50_000, rel=0.05)
     finally:
-        configure_batch_ingest(old)
         backend.dispose()
     with pytest.raises(BackendClosedError):
         backend.metrics()
