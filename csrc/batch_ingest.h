@@ -27,19 +27,24 @@ size_t SetBatchIngestMinKeys(size_t keys);
 // Whether a put of `keys` distinct keys from `smallest` to `largest` into column family cf is
 // ingested: large enough, the first write since the memtable was last flushed (a Spark task's
 // put between its reads and its commit; puts joining other writes share their later flush),
-// and landing in L0 as a flush's table would. RocksDB places an
-// ingested file in the deepest level it does not overlap, so into an LSM without an
-// overlapping L0 file, files stack up one per level (L6, L5, L4...), where no compaction
-// merges them (each level is far below its target size) and every later read consults each:
-// scalar reads of a 4M-key state written in four such batches took 40% more CPU than after
-// four flushes, which L0 compaction merges into one run. With an overlapping L0 file the
-// ingested file must go to L0 too, and L0 compaction treats it as it treats a flush's. So the
-// first large batch into a state (and the first after L0 drained) goes through the memtable.
-// Past kIngestMaxL0Files the memtable also takes the puts, so many mid-sized puts within one
-// commit cannot pile files up faster than compaction merges them.
+// and landing where a flush's table or a compaction's output would. RocksDB places an ingested
+// file in the deepest level it fits above the first level whose tables it overlaps, skipping
+// the levels between L0 and the base level that dynamic level sizing keeps empty (db.cc turns
+// it on). So with all data in the base level a file lands in L0, where L0 compaction treats it
+// as a flush's table, and into an empty state it lands in the bottommost level, where a
+// compaction would put it. Elsewhere it could land in a level that holds nothing else while
+// data lies in a shallower one (a state written before dynamic level sizing, whose tables
+// stay in L1): files would stack up one per level (L6, L5, L4...), where no compaction merges
+// them (each level far below its target size) and every later read consults each (scalar
+// reads of a 4M-key state written in four such batches took 40% more CPU than after four
+// flushes). Such a put goes through the memtable. Past kIngestMaxL0Files the memtable also
+// takes the puts, so many mid-sized puts within one commit cannot pile files up faster than
+// compaction merges them.
+// *bottommost says whether the file is predicted to land in the last level (its table options
+// then are a bottommost file's: StateDB::SstFileOptions).
 constexpr size_t kIngestMaxL0Files = 12;
 bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smallest,
-                    const rocksdb::Slice& largest);
+                    const rocksdb::Slice& largest, bool* bottommost);
 
 // One table file of puts and deletes in strictly increasing key order, ingested into a column
 // family with a sequence number above every write before it (so it wins over them, as a
@@ -47,7 +52,7 @@ bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smal
 // it by a hard link) and is removed if it is never ingested.
 class IngestedBatch {
  public:
-  IngestedBatch(StateDB* db, int cf);
+  IngestedBatch(StateDB* db, int cf, bool bottommost);
   ~IngestedBatch();
   IngestedBatch(const IngestedBatch&) = delete;
   IngestedBatch& operator=(const IngestedBatch&) = delete;
@@ -64,6 +69,7 @@ class IngestedBatch {
  private:
   StateDB* db_;
   int cf_;
+  bool bottommost_;
   std::string path_;
   std::unique_ptr<rocksdb::SstFileWriter> writer_;
   bool moved_ = false;

@@ -761,9 +761,10 @@ rocksdb::Status BatchPut(StateDB* db, int cf, const KeyBatch& batch, const Colum
     };
     rocksdb::Status st;
     const size_t groups = batch.groups();
-    if (groups > 0 &&
-        IngestBatchPut(db, cf, groups, batch.group_key(0), batch.group_key(groups - 1))) {
-      IngestedBatch file(db, cf);
+    bool bottommost = false;
+    if (groups > 0 && IngestBatchPut(db, cf, groups, batch.group_key(0),
+                                     batch.group_key(groups - 1), &bottommost)) {
+      IngestedBatch file(db, cf, bottommost);
       st = file.Open();
       if (st.ok()) st = write(&file);
     } else {

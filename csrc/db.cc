@@ -199,6 +199,12 @@ rocksdb::ColumnFamilyOptions StateDB::MakeColumnFamilyOptions(const ColumnFamily
   const size_t per_cf = static_cast<size_t>(budget.cache_capacity() * budget.write_buffer_ratio() / 4);
   o.write_buffer_size = std::clamp(per_cf, kMinWriteBuffer, kMaxWriteBuffer);
   o.max_write_buffer_number = 2;
+  // Level sizes follow the data from the last level up (RocksDB's default from 8.4): L0
+  // compacts straight into the level holding the state, the levels between stay empty, and an
+  // ingested batch put lands in L0 over existing state or in the last level of an empty one
+  // (batch_ingest.h). A state written without it keeps its tables in L1, which RocksDB then
+  // treats as the base level.
+  o.level_compaction_dynamic_level_bytes = true;
   // LZ4 compresses and decompresses faster than RocksDB's default snappy at a similar ratio;
   // every flush, compaction and restore pays for block compression.
   o.compression = rocksdb::kLZ4Compression;
@@ -596,8 +602,12 @@ rocksdb::Status StateDB::Flush() {
   return db_->Flush(fo, live);
 }
 
-rocksdb::Status StateDB::CompactAll() {
+rocksdb::Status StateDB::CompactAll(int target_level) {
   rocksdb::CompactRangeOptions co;
+  if (target_level >= 0) {
+    co.change_level = true;
+    co.target_level = target_level;
+  }
   for (size_t i = 0; i < num_column_families(); ++i) {
     rocksdb::Status st = db_->CompactRange(co, handle(static_cast<int>(i)), nullptr, nullptr);
     if (!st.ok()) return st;

@@ -218,7 +218,9 @@ class StateDB {
   rocksdb::Status Count(int cf, const std::string& lower, const std::string& upper,
                         uint64_t* count);
   rocksdb::Status Flush();
-  rocksdb::Status CompactAll();
+  // Every column family compacted; target_level >= 0 moves the result to that level (tests
+  // build the shape of states written before dynamic level sizing with it).
+  rocksdb::Status CompactAll(int target_level = -1);
   // RocksDB's estimate of live keys over all column families (no scan).
   uint64_t EstimateNumKeys() const;
   // Base names of the live table files this instance's RocksDB wrote itself.

@@ -50,4 +50,16 @@ rocksdb::Status CollectDbMetrics(StateDB* db, DbMetrics* out) {
   return rocksdb::Status::OK();
 }
 
+std::vector<uint64_t> FilesPerLevel(StateDB* db) {
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->raw()->GetLiveFilesMetaData(&files);
+  std::vector<uint64_t> out;
+  for (const auto& f : files) {
+    if (f.level < 0) continue;
+    if (out.size() <= static_cast<size_t>(f.level)) out.resize(f.level + 1, 0);
+    ++out[f.level];
+  }
+  return out;
+}
+
 }  // namespace stateengine

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "db.h"
 
@@ -27,5 +28,9 @@ struct DbMetrics {
 // Reads RocksDB's properties of every column family. Safe beside reads and writes on other
 // threads (properties are read under RocksDB's own locks).
 rocksdb::Status CollectDbMetrics(StateDB* db, DbMetrics* out);
+
+// The number of SST files in each level (L0 first), over all column families: the LSM's shape,
+// which tests of where files land check.
+std::vector<uint64_t> FilesPerLevel(StateDB* db);
 
 }  // namespace stateengine

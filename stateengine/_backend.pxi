@@ -245,6 +245,17 @@ cdef class NativeBackend:
                 "block_cache_bytes": m.block_cache_bytes, "rows_read": m.rows_read,
                 "rows_written": m.rows_written, "rows_deleted": m.rows_deleted}
 
+    def _native_files_per_level(self) -> list:
+        """The number of SST files in each level, L0 first (the LSM's shape; for tests)."""
+        cdef vector[uint64_t] levels
+        cdef CStateDB* db = self._enter()
+        try:
+            with nogil:
+                levels = CFilesPerLevel(db)
+        finally:
+            self._leave()
+        return [n for n in levels]
+
     cdef inline int check_key(self) except -1:
         if self._closed:
             self._check_open()
@@ -438,11 +449,11 @@ cdef class NativeBackend:
         self._leave()
         check_status(st)
 
-    def _native_compact(self):
+    def _native_compact(self, int target_level=-1):
         cdef CStatus st
         cdef CStateDB* db = self._enter()
         with nogil:
-            st = db.CompactAll()
+            st = db.CompactAll(target_level)
         self._leave()
         check_status(st)
 

@@ -15,6 +15,7 @@ import pytest
 
 from stateengine import (KeyedStateBackend, KeyGroupRange, MapStateDescriptor, StateTtlConfig,
                          ValueStateDescriptor, configure_batch_ingest)
+from stateengine.keygroups import assign_key_group
 from stateengine.checkpoint import restore as restore_module
 from stateengine.checkpoint import untrusted
 from tests.test_batch import raw_contents
@@ -98,26 +99,59 @@ def test_ingested_batches_leave_the_state_the_memtable_route_leaves(make_backend
     assert v.value() == "after 2"
 
 
-def test_only_large_first_batches_over_a_level0_table_are_ingested(make_backend, ingest_above):
-    """An ingested file must land in L0 as a flush's table does, and only a put into an empty
-    memtable is ingested (batch_ingest.h); other batches go through the memtable."""
+def test_large_first_batches_land_where_a_flush_or_compaction_would(make_backend, ingest_above):
+    """An ingested file lands in the last level of an empty state and in L0 over existing
+    state (dynamic level sizing keeps the levels between empty), and only a put into an
+    empty memtable is ingested (batch_ingest.h); other batches go through the memtable."""
     ingest_above(1_000)
     be = make_backend(key_type=int)
     v = be.get_state(ValueStateDescriptor("v", value_type=int))
-    v.put_many(np.arange(2_000), np.arange(2_000))  # nothing in L0 yet
-    m = be.metrics()
-    assert m["sst_files"] == 0 and m["memtable_bytes"] > 2_000 * 8
-    be._native_flush()
     empty = be.metrics()["memtable_bytes"]
-    v.put_many(np.arange(1_500), np.arange(1_500) + 5)  # over the flushed table: ingested
-    m = be.metrics()
-    assert m["sst_files"] == 2 and m["memtable_bytes"] == empty
+    v.put_many(np.arange(2_000), np.arange(2_000))  # an empty state: into the last level
+    assert be.metrics()["memtable_bytes"] == empty
+    assert be._native_files_per_level() == [0] * 6 + [1]
+    v.put_many(np.arange(1_500), np.arange(1_500) + 5)  # over it: into L0
+    assert be.metrics()["memtable_bytes"] == empty
+    assert be._native_files_per_level() == [1] + [0] * 5 + [1]
     v.put_many(np.arange(999), np.arange(999) + 7)  # below the threshold
     v.put_many(np.arange(1_000, 2_000), np.arange(1_000))  # into a memtable holding writes
-    m = be.metrics()
-    assert m["sst_files"] == 2 and m["memtable_bytes"] > 1_999 * 8
+    assert be.metrics()["memtable_bytes"] > 1_999 * 8
+    assert be._native_files_per_level() == [1] + [0] * 5 + [1]
     got, _ = v.get_many(np.arange(2_000))
     assert got.tolist() == list(range(7, 1_006)) + [999 + 5] + list(range(1_000))
+    be._native_flush()
+    v.put_many(np.arange(500, 3_000), np.arange(2_500))  # over L0 and the last level: L0
+    assert be._native_files_per_level() == [3] + [0] * 5 + [1]
+    got, _ = v.get_many(np.arange(3_000))
+    assert got.tolist() == list(range(7, 507)) + list(range(2_500))
+
+
+def test_no_file_lands_below_a_level_holding_state(make_backend, ingest_above):
+    """A state written before dynamic level sizing keeps its tables in L1. A put over them
+    lands in L0 and is ingested; one beside them (keys of other key groups, no overlap) would
+    land in the last level, below them, so it goes through the memtable."""
+    ingest_above(1_000)
+    be = make_backend(key_type=int, max_parallelism=128)
+    v = be.get_state(ValueStateDescriptor("v", value_type=int))
+    candidates = np.arange(20_000)
+    groups = np.array([assign_key_group(int(k), 128, int) for k in candidates])
+    low, high = candidates[groups < 64][:2_000], candidates[groups >= 64][:2_000]
+    for k in high[:50]:  # in the upper key groups, then moved to L1
+        be.set_current_key(int(k))
+        v.update(-1)
+    be._native_flush()
+    be._native_compact(1)
+    assert be._native_files_per_level() == [0, 1]
+    empty = be.metrics()["memtable_bytes"]
+    v.put_many(low, low)  # beside them
+    assert be.metrics()["memtable_bytes"] > empty + 2_000 * 8
+    assert be._native_files_per_level() == [0, 1]
+    be._native_flush()
+    assert be._native_files_per_level() == [1, 1]
+    v.put_many(high, high + 1)  # over the L1 table only: into L0
+    assert be._native_files_per_level() == [2, 1]
+    assert v.get_many(low)[0].tolist() == low.tolist()
+    assert v.get_many(high)[0].tolist() == (high + 1).tolist()
 
 
 def test_ingested_state_survives_checkpoint_and_checked_restore(tmp_path, ingest_above,

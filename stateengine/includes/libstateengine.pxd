@@ -182,7 +182,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         CStatus Scan(int, const string&, const string&, size_t, cbool, vector[CKeyValue]*)
         CStatus Count(int, const string&, const string&, uint64_t*)
         CStatus Flush()
-        CStatus CompactAll()
+        CStatus CompactAll(int target_level)
         uint64_t EstimateNumKeys()
         vector[string] CreatedTableFiles()
         void CountReads(uint64_t)
@@ -381,6 +381,7 @@ cdef extern from "db_metrics.h" namespace "stateengine" nogil:
         uint64_t rows_written
         uint64_t rows_deleted
     CStatus CCollectDbMetrics "stateengine::CollectDbMetrics"(CStateDB*, CDbMetrics*)
+    vector[uint64_t] CFilesPerLevel "stateengine::FilesPerLevel"(CStateDB*)
 
 cdef extern from "row_codec.h" namespace "stateengine" nogil:
     int kMaxRowDepth "stateengine::kMaxRowDepth"
