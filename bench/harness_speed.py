@@ -15,6 +15,11 @@ batches does (the next batch then restores that partition).
     python bench/harness_speed.py --sizes 20x100,2000x10000 --batches 7
     python bench/harness_speed.py --harness-only --batches 100 --warmup 5
     python bench/harness_speed.py --harness-only --no-shm   # state on the temporary folder's disk
+    python bench/harness_speed.py --sizes 10x50 --stream    # also as streaming micro-batches
+
+``--stream`` also runs the batches as micro-batches of streaming queries on the same session
+(one Parquet file per batch, Spark's own ``durationMs.triggerExecution`` per batch): what a
+user's local test of a streaming query waits for, offset and commit logs included.
 
 Spark runs on local[2] with 2 shuffle partitions, the harness with 2 partitions. Results go
 to bench/results/harness-speed.json.
@@ -73,7 +78,8 @@ def count_and_total(user: Any, rows: pd.DataFrame, ctx: Any) -> list[tuple]:
     return [(user, count, total)]
 
 
-def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str) -> dict:
+def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str,
+            stream: bool = False) -> dict:
     """Per-batch medians of every variant on batches of ``keys`` keys and ``rows`` rows."""
     from cases_spark import running_totals
     from stateengine import ValueStateDescriptor
@@ -113,6 +119,8 @@ def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str) ->
         lambda b, pdf: len(spark.createDataFrame(pdf).groupBy("user")
                            .transformWithStateInPandas(running_totals(), OUT, "Update",
                                                        "None").collect()), data, warmup)
+    if stream:
+        results.update(streamed(spark, data, warmup, where))
     ratios = {
         "spark.processor / harness.processor":
             results["spark.processor"]["median_s"] / results["harness.processor"]["median_s"],
@@ -122,6 +130,15 @@ def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str) ->
         "spark.apply_with_state / harness.apply":
             results["spark.apply_with_state"]["median_s"] / results["harness.apply"]["median_s"],
     }
+    for name in ("processor", "transformWithStateInPandas"):
+        if f"spark.stream.{name}" in results:
+            ratios[f"spark.stream.{name} / harness.processor"] = (
+                results[f"spark.stream.{name}"]["median_s"]
+                / results["harness.processor"]["median_s"])
+    if "spark.stream.apply_with_state" in results:
+        ratios["spark.stream.apply_with_state / harness.apply"] = (
+            results["spark.stream.apply_with_state"]["median_s"]
+            / results["harness.apply"]["median_s"])
     print(f"-- {keys} keys, {rows} rows per batch")
     for name, r in results.items():
         print(f"{name:36s} {r['median_s'] * 1e3:9.1f} ms per batch")
@@ -129,6 +146,71 @@ def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str) ->
         print(f"{name:55s} {ratio:7.1f}x")
     return {"keys": keys, "rows": rows, "results": results,
             "ratios": {k: round(v, 1) for k, v in ratios.items()}}
+
+
+def streamed(spark: Any, data: list[pd.DataFrame], warmup: int, where: str) -> dict[str, Any]:
+    """The same batches as micro-batches of streaming queries, as a user's local test of a
+    stateful query runs them: one Parquet file per batch, read one file per trigger
+    (``Trigger.AvailableNow``); a batch's time is Spark's ``durationMs.triggerExecution``
+    (offset and commit logs included, the query's start not), median over the batches after
+    the warm-up. stateengine's processor and apply step with ``query_checkpoint=``, and Spark's
+    own transformWithStateInPandas (RocksDB state store provider)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from cases_spark import ROCKSDB_PROVIDER, running_totals
+    from stateengine import ValueStateDescriptor
+    from stateengine.spark import apply_with_state, transform_with_state_in_pandas
+
+    source = os.path.join(where, "stream-source")
+    os.makedirs(source)
+    now = time.time() - len(data) - 10
+    for i, pdf in enumerate(data):  # the order the file source reads them in
+        path = os.path.join(source, f"part-{i:04d}.parquet")
+        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), path)
+        os.utime(path, (now + i, now + i))
+
+    def run(name: str, build: Callable[[Any, str], Any]) -> dict[str, Any]:
+        work = os.path.join(where, name)
+        stream = (spark.readStream.schema("user long, amount double")
+                  .option("maxFilesPerTrigger", 1).parquet(source))
+        query = (build(stream, work).writeStream.format("noop").outputMode("update")
+                 .option("checkpointLocation", os.path.join(work, "query"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"{name}: {query.exception()}")
+        seconds = [p["durationMs"]["triggerExecution"] / 1e3 for p in query.recentProgress
+                   if p["numInputRows"] > 0]
+        if len(seconds) != len(data):
+            raise RuntimeError(f"{name}: {len(seconds)} batches with rows, not {len(data)}")
+        timed_s = seconds[warmup:]
+        return {"median_s": statistics.median(timed_s),
+                "runs_s": [round(x, 5) for x in timed_s]}
+
+    acc = ValueStateDescriptor("acc")
+    out = {
+        "spark.stream.processor": run("stream-processor", lambda df, work:
+            transform_with_state_in_pandas(df, running_totals(), "user", OUT,
+                                           os.path.join(work, "state"),
+                                           query_checkpoint=os.path.join(work, "query"),
+                                           num_partitions=PARTITIONS)),
+        "spark.stream.apply_with_state": run("stream-apply", lambda df, work:
+            apply_with_state(df, "user", count_and_total, OUT, [acc],
+                             os.path.join(work, "state"), num_partitions=PARTITIONS,
+                             query_checkpoint=os.path.join(work, "query"))),
+    }
+    previous = spark.conf.get("spark.sql.streaming.stateStore.providerClass", None)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    try:
+        out["spark.stream.transformWithStateInPandas"] = run(
+            "stream-spark", lambda df, work: df.groupBy("user").transformWithStateInPandas(
+                running_totals(), OUT, "Update", "None"))
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+        else:
+            spark.conf.set("spark.sql.streaming.stateStore.providerClass", previous)
+    return out
 
 
 def main() -> None:
@@ -143,6 +225,9 @@ def main() -> None:
     p.add_argument("--harness-only", action="store_true",
                    help="the harness variants alone, no SparkSession: to compare two versions "
                         "of the harness over many batches (--batches 100 --warmup 5)")
+    p.add_argument("--stream", action="store_true",
+                   help="also the same batches as micro-batches of streaming queries on the "
+                        "local SparkSession (Spark's own time per batch, durationMs)")
     p.add_argument("--no-shm", action="store_true",
                    help="the harnesses keep their state in the default temporary folder, as "
                         "where /dev/shm is missing or small (a container's), not in /dev/shm")
@@ -177,7 +262,8 @@ def main() -> None:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        runs = [measure(k, r, args.batches, args.warmup, spark, root) for k, r in sizes]
+        runs = [measure(k, r, args.batches, args.warmup, spark, root, args.stream)
+                for k, r in sizes]
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
