@@ -48,6 +48,21 @@ def case_names() -> list[str]:
 
 # ---- data ---------------------------------------------------------------------------------------
 
+def write_stream_source(folder: str, frames: list[pd.DataFrame]) -> None:
+    """``frames`` as one Parquet file each in ``folder`` (created), their modification times
+    increasing in list order: the order Spark's file source reads them in (one per trigger
+    with ``maxFilesPerTrigger=1``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(folder)
+    now = time.time() - len(frames) - 10
+    for i, pdf in enumerate(frames):
+        path = os.path.join(folder, f"part-{i:04d}.parquet")
+        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), path)
+        os.utime(path, (now + i, now + i))
+
+
 def generate(root: str, rows: int, keys: int, batches: int, seed: int) -> tuple[list[str], str, pd.DataFrame]:
     """Parquet files, one per batch (each also placed in a streaming source directory with
     increasing modification times, the order Spark's file source reads them in)."""
@@ -56,10 +71,8 @@ def generate(root: str, rows: int, keys: int, batches: int, seed: int) -> tuple[
 
     rng = np.random.default_rng(seed)
     batch_dir, stream_dir = os.path.join(root, "batches"), os.path.join(root, "stream")
-    os.makedirs(stream_dir)
     paths, frames = [], []
     per = rows // batches
-    now = time.time() - batches - 10
     for i in range(batches):
         pdf = pd.DataFrame({"user": rng.integers(0, keys, per).astype(np.int64),
                             # whole numbers: float sums are exact in any order
@@ -67,12 +80,10 @@ def generate(root: str, rows: int, keys: int, batches: int, seed: int) -> tuple[
         frames.append(pdf)
         d = os.path.join(batch_dir, f"batch={i}")
         os.makedirs(d)
-        table = pa.Table.from_pandas(pdf, preserve_index=False)
-        pq.write_table(table, os.path.join(d, "part-0.parquet"))
-        f = os.path.join(stream_dir, f"part-{i:04d}.parquet")
-        pq.write_table(table, f)
-        os.utime(f, (now + i, now + i))
+        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False),
+                       os.path.join(d, "part-0.parquet"))
         paths.append(d)
+    write_stream_source(stream_dir, frames)
     expected = pd.concat(frames).groupby("user").agg(count=("amount", "size"),
                                                      total=("amount", "sum"))
     return paths, stream_dir, expected

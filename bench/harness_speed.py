@@ -50,6 +50,16 @@ OUT = "user long, count long, total double"
 PARTITIONS = int(os.environ.get("HARNESS_BENCH_PARTITIONS", "2"))
 
 
+# (Spark variant, harness variant) pairs whose times are compared; the streaming ones with
+# --stream only.
+RATIOS = [("spark.processor", "harness.processor"),
+          ("spark.transformWithStateInPandas", "harness.processor"),
+          ("spark.apply_with_state", "harness.apply"),
+          ("spark.stream.processor", "harness.processor"),
+          ("spark.stream.transformWithStateInPandas", "harness.processor"),
+          ("spark.stream.apply_with_state", "harness.apply")]
+
+
 def batches(keys: int, rows: int, n: int) -> list[pd.DataFrame]:
     rng = np.random.default_rng(3)
     return [pd.DataFrame({"user": np.arange(rows, dtype=np.int64) % keys,
@@ -121,24 +131,9 @@ def measure(keys: int, rows: int, n: int, warmup: int, spark: Any, root: str,
                                                        "None").collect()), data, warmup)
     if stream:
         results.update(streamed(spark, data, warmup, where))
-    ratios = {
-        "spark.processor / harness.processor":
-            results["spark.processor"]["median_s"] / results["harness.processor"]["median_s"],
-        "spark.transformWithStateInPandas / harness.processor":
-            results["spark.transformWithStateInPandas"]["median_s"]
-            / results["harness.processor"]["median_s"],
-        "spark.apply_with_state / harness.apply":
-            results["spark.apply_with_state"]["median_s"] / results["harness.apply"]["median_s"],
-    }
-    for name in ("processor", "transformWithStateInPandas"):
-        if f"spark.stream.{name}" in results:
-            ratios[f"spark.stream.{name} / harness.processor"] = (
-                results[f"spark.stream.{name}"]["median_s"]
-                / results["harness.processor"]["median_s"])
-    if "spark.stream.apply_with_state" in results:
-        ratios["spark.stream.apply_with_state / harness.apply"] = (
-            results["spark.stream.apply_with_state"]["median_s"]
-            / results["harness.apply"]["median_s"])
+    ratios = {f"{spark_side} / {harness_side}":
+              results[spark_side]["median_s"] / results[harness_side]["median_s"]
+              for spark_side, harness_side in RATIOS if spark_side in results}
     print(f"-- {keys} keys, {rows} rows per batch")
     for name, r in results.items():
         print(f"{name:36s} {r['median_s'] * 1e3:9.1f} ms per batch")
@@ -155,19 +150,12 @@ def streamed(spark: Any, data: list[pd.DataFrame], warmup: int, where: str) -> d
     (offset and commit logs included, the query's start not), median over the batches after
     the warm-up. stateengine's processor and apply step with ``query_checkpoint=``, and Spark's
     own transformWithStateInPandas (RocksDB state store provider)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from cases_spark import ROCKSDB_PROVIDER, running_totals
+    from cases_spark import ROCKSDB_PROVIDER, running_totals, write_stream_source
     from stateengine import ValueStateDescriptor
     from stateengine.spark import apply_with_state, transform_with_state_in_pandas
 
     source = os.path.join(where, "stream-source")
-    os.makedirs(source)
-    now = time.time() - len(data) - 10
-    for i, pdf in enumerate(data):  # the order the file source reads them in
-        path = os.path.join(source, f"part-{i:04d}.parquet")
-        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), path)
-        os.utime(path, (now + i, now + i))
+    write_stream_source(source, data)
 
     def run(name: str, build: Callable[[Any, str], Any]) -> dict[str, Any]:
         work = os.path.join(where, name)

@@ -48,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from cases_spark import session  # noqa: E402
+from cases_spark import session, write_stream_source  # noqa: E402
 
 VARIANTS = ["none", "processing_time", "event_time"]
 SCHEMA = "user bigint, amount double, t bigint"
@@ -57,19 +57,12 @@ OUT = "user bigint, count bigint"
 
 def generate(folder: str, rows: int, keys: int, batches: int) -> None:
     """One Parquet file per batch; event times advance 10 s per batch."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     rng = np.random.default_rng(5)
-    os.makedirs(folder)
-    now = time.time() - batches - 10
-    for i in range(batches):
-        pdf = pd.DataFrame({"user": rng.integers(0, keys, rows).astype(np.int64),
-                            "amount": rng.random(rows),
-                            "t": 1_700_000_000_000 + i * 10_000 + rng.integers(0, 10_000, rows)})
-        path = os.path.join(folder, f"part-{i:04d}.parquet")
-        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), path)
-        os.utime(path, (now + i, now + i))
+    write_stream_source(folder, [
+        pd.DataFrame({"user": rng.integers(0, keys, rows).astype(np.int64),
+                      "amount": rng.random(rows),
+                      "t": 1_700_000_000_000 + i * 10_000 + rng.integers(0, 10_000, rows)})
+        for i in range(batches)])
 
 
 def count(user: Any, rows: pd.DataFrame, ctx: Any) -> list[tuple]:

@@ -52,8 +52,8 @@ def _writes(be: KeyedStateBackend) -> list[int]:
                      dtype=object)
     put(v, keys, texts)
     put(s, keys, {"count": keys * 2, "total": keys / 4})
-    # a second batch over the first (3 L0 tables, below compaction's trigger of 4, so L0
-    # still holds one to ingest over, whenever compaction runs)
+    # a second batch over the first: into L0 whether or not compaction has moved the three
+    # L0 tables into the last level meanwhile
     put(v, pa.array(np.arange(N, 2 * N)), pa.array([f"second {k}" for k in range(N, 2 * N)]))
     for k in range(2, 400, 5):  # scalar writes after the ingested files win over them
         be.set_current_key(int(k))
