@@ -1,20 +1,125 @@
 #include "checkpoint.h"
 
-#include <memory>
+#include <fcntl.h>
+#include <unistd.h>
 
-#include <rocksdb/utilities/checkpoint.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <vector>
 
 #include "keygroups.h"
 #include "status_guard.h"
 
 namespace stateengine {
+namespace {
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// The first `size` bytes of src into a new file dst: the MANIFEST as it stood when the live
+// files were listed (RocksDB may append to it afterwards).
+rocksdb::Status CopyPrefix(const std::string& src, const std::string& dst, uint64_t size) {
+  const int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return rocksdb::Status::IOError("opening " + src, std::strerror(errno));
+  const int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    return rocksdb::Status::IOError("creating " + dst, std::strerror(err));
+  }
+  const size_t cap = static_cast<size_t>(std::min<uint64_t>(size, 1 << 20));
+  std::unique_ptr<char[]> buf(new char[cap]);  // uninitialised: a MANIFEST is often a few KiB
+  rocksdb::Status st;
+  while (size > 0 && st.ok()) {
+    const ssize_t n = ::read(in, buf.get(), std::min<uint64_t>(size, cap));
+    if (n <= 0) {
+      st = n == 0 ? rocksdb::Status::Corruption(src + " is shorter than RocksDB recorded")
+                  : rocksdb::Status::IOError("reading " + src, std::strerror(errno));
+      break;
+    }
+    for (ssize_t done = 0; done < n && st.ok();) {
+      const ssize_t w = ::write(out, buf.get() + done, n - done);
+      if (w < 0) st = rocksdb::Status::IOError("writing " + dst, std::strerror(errno));
+      else done += w;
+    }
+    size -= static_cast<uint64_t>(n);
+  }
+  ::close(in);
+  if (::close(out) != 0 && st.ok()) st = rocksdb::Status::IOError("closing " + dst, std::strerror(errno));
+  return st;
+}
+
+rocksdb::Status WriteSmallFile(const std::string& path, const std::string& contents) {
+  const int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) return rocksdb::Status::IOError("creating " + path, std::strerror(errno));
+  const bool ok = ::write(out, contents.data(), contents.size()) ==
+                  static_cast<ssize_t>(contents.size());
+  const int err = errno;
+  if (::close(out) != 0 || !ok) return rocksdb::Status::IOError("writing " + path, std::strerror(err));
+  return rocksdb::Status::OK();
+}
+
+// Links (tables, blobs, OPTIONS: immutable) or copies (MANIFEST up to its recorded size,
+// CURRENT naming it) the live files into dir. The WAL is off, so no log file holds anything
+// the flush did not put into a table: RocksDB's Checkpoint would still list, open and copy
+// the (empty) live log, which is most of its cost on a small state.
+rocksdb::Status LinkLiveFiles(rocksdb::DB* db, const std::string& dir) {
+  std::vector<std::string> files;
+  uint64_t manifest_size = 0;
+  rocksdb::Status st = db->GetLiveFiles(files, &manifest_size, /*flush_memtable=*/true);
+  if (!st.ok()) return st;
+  rocksdb::Env* env = db->GetEnv();
+  const std::string& src_dir = db->GetName();
+  std::string manifest;
+  for (const std::string& entry : files) {  // names as "/000012.sst", "/MANIFEST-000005"
+    const std::string name = entry.substr(entry.find_first_not_of('/'));
+    const std::string src = src_dir + "/" + name, dst = dir + "/" + name;
+    if (name == "CURRENT") continue;  // written below, naming the MANIFEST copied here
+    if (name.rfind("MANIFEST-", 0) == 0) {
+      manifest = name;
+      st = CopyPrefix(src, dst, manifest_size);
+    } else if (EndsWith(name, ".sst") || EndsWith(name, ".blob") ||
+               name.rfind("OPTIONS-", 0) == 0) {
+      st = env->LinkFile(src, dst);
+    } else {
+      st = rocksdb::Status::NotSupported("unexpected live file " + name);
+    }
+    if (!st.ok()) return st;
+  }
+  if (manifest.empty()) return rocksdb::Status::Corruption("RocksDB listed no MANIFEST");
+  return WriteSmallFile(dir + "/CURRENT", manifest + "\n");
+}
+
+}  // namespace
+
 rocksdb::Status CreateCheckpoint(StateDB* db, const std::string& dir) {
   return GuardStatus("creating a checkpoint", [&]() -> rocksdb::Status {
-    rocksdb::Checkpoint* raw = nullptr;
-    rocksdb::Status st = rocksdb::Checkpoint::Create(db->raw(), &raw);
-    if (!st.ok()) return st;
-    std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-    return checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0);
+    rocksdb::DB* raw = db->raw();
+    rocksdb::Env* env = raw->GetEnv();
+    rocksdb::Status st = env->FileExists(dir);
+    if (st.ok()) return rocksdb::Status::InvalidArgument("checkpoint directory exists: " + dir);
+    if (!st.IsNotFound()) return st;
+    if (!(st = env->CreateDir(dir)).ok()) return st;
+    // no file the listing names may be deleted (by a compaction finishing) before it is linked
+    if ((st = raw->DisableFileDeletions()).ok()) {
+      st = LinkLiveFiles(raw, dir);
+      rocksdb::Status enabled = raw->EnableFileDeletions(/*force=*/false);
+      if (st.ok()) st = enabled;
+    }
+    if (!st.ok()) {  // leave no partial directory behind
+      std::vector<std::string> children;
+      if (env->GetChildren(dir, &children).ok()) {
+        for (const auto& c : children) {
+          if (c != "." && c != "..") env->DeleteFile(dir + "/" + c).PermitUncheckedError();
+        }
+      }
+      env->DeleteDir(dir).PermitUncheckedError();
+    }
+    return st;
   });
 }
 

@@ -14,7 +14,8 @@
 namespace stateengine {
 
 // Flushes memtables (the WAL is off, so this is what makes recent writes durable) and hard
-// links the live files into dir, which must not exist yet.
+// links the live files into dir, which must not exist yet: tables and OPTIONS linked, the
+// MANIFEST copied as it stood, CURRENT naming it; no log file (the WAL is off, it is empty).
 rocksdb::Status CreateCheckpoint(StateDB* db, const std::string& dir);
 
 // Deletes every key group outside [kg_start, kg_end] from all column families (DeleteRange).

@@ -433,3 +433,36 @@ def test_checkpoint_files_are_linked_into_local_storage_or_copied(tmp_path, monk
         restored = KeyedStateBackend.restore(str(tmp_path / f"r-{name}"), [handle])
         assert restored.num_state_entries("payload") == 50
         restored.dispose()
+
+
+def test_local_checkpoint_directory_links_tables_and_copies_the_manifest_as_listed(tmp_path):
+    """The sync part of a checkpoint (csrc/checkpoint.cc): tables and OPTIONS hard-linked,
+    the MANIFEST copied up to the size RocksDB recorded, CURRENT naming that copy, no log file
+    (the WAL is off). A directory that exists already is refused and left as it was."""
+    from stateengine import _native
+
+    b = KeyedStateBackend(tmp_path / "b", key_type=int)
+    _fill(b, range(2000), random.Random(4))
+    d = str(tmp_path / "chk")
+    _native.create_checkpoint(b, d)
+    names = set(os.listdir(d))
+    live_dir = os.path.join(b.path, "db")
+    tables = {n for n in names if n.endswith(".sst")}
+    manifests = [n for n in names if n.startswith("MANIFEST-")]
+    options = [n for n in names if n.startswith("OPTIONS-")]
+    assert tables == local_ssts(b) and tables, "the flush's table and every live one"
+    assert len(manifests) == 1 and len(options) == 1
+    assert names == tables | {"CURRENT", manifests[0], options[0]}
+    for n in tables | set(options):
+        assert os.stat(os.path.join(d, n)).st_ino == os.stat(os.path.join(live_dir, n)).st_ino
+    with open(os.path.join(d, "CURRENT")) as f:
+        assert f.read() == manifests[0] + "\n"
+    with open(os.path.join(d, manifests[0]), "rb") as f:
+        copy = f.read()
+    with open(os.path.join(live_dir, manifests[0]), "rb") as f:
+        assert f.read().startswith(copy) and copy
+
+    with pytest.raises(Exception, match="exists"):
+        _native.create_checkpoint(b, d)
+    assert set(os.listdir(d)) == names
+    b.dispose()
