@@ -19,6 +19,7 @@ std::atomic<uint64_t> g_next_file{0};
 }  // namespace
 
 size_t SetBatchIngestMinKeys(size_t keys) { return g_ingest_min_keys.exchange(keys); }
+size_t BatchIngestMinKeys() { return g_ingest_min_keys.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -38,7 +39,7 @@ bool Overlaps(const std::vector<rocksdb::SstFileMetaData>& files, const rocksdb:
 bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smallest,
                     const rocksdb::Slice& largest, bool* bottommost) {
   *bottommost = false;
-  const size_t min_keys = g_ingest_min_keys.load(std::memory_order_relaxed);
+  const size_t min_keys = BatchIngestMinKeys();
   if (min_keys == 0 || keys < min_keys) return false;
   // Only into an empty memtable: puts that join writes already in it are flushed with them
   // later, one flush for many puts, which a file per put costs more than (bench/run.py's
@@ -51,8 +52,14 @@ bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smal
       active != 0 || immutable != 0) {
     return false;
   }
+  return IngestLandsInPlace(db, cf, smallest, largest, base_level, bottommost);
+}
+
+bool IngestLandsInPlace(StateDB* db, int cf, const rocksdb::Slice& smallest,
+                        const rocksdb::Slice& largest, uint64_t base_level, bool* bottommost) {
+  *bottommost = false;
   rocksdb::ColumnFamilyMetaData meta;
-  db->raw()->GetColumnFamilyMetaData(h, &meta);
+  db->raw()->GetColumnFamilyMetaData(db->handle(cf), &meta);
   if (meta.levels.empty() || meta.levels[0].level != 0) return false;
   if (meta.levels[0].files.size() >= kIngestMaxL0Files) return false;
   // RocksDB's choice of level, predicted from the tables' key ranges. RocksDB also looks at

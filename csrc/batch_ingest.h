@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,7 @@ class StateDB;
 // (stateengine.configure_batch_ingest, whose default is this constant).
 constexpr size_t kDefaultBatchIngestMinKeys = 4096;
 size_t SetBatchIngestMinKeys(size_t keys);
+size_t BatchIngestMinKeys();
 
 // Whether a put of `keys` distinct keys from `smallest` to `largest` into column family cf is
 // ingested: large enough, the first write since the memtable was last flushed (a Spark task's
@@ -50,6 +52,13 @@ bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smal
 // family with a sequence number above every write before it (so it wins over them, as a
 // WriteBatch written now would). The file lives in the database's directory (ingestion moves
 // it by a hard link) and is removed if it is never ingested.
+// The landing half of IngestBatchPut, for any file of keys in [smallest, largest]: whether a
+// file ingested now lands where a flush's or a compaction's table would (not below a level
+// holding tables, L0 not crowded), and whether that is the last level. base_level is the
+// column family's "rocksdb.base-level".
+bool IngestLandsInPlace(StateDB* db, int cf, const rocksdb::Slice& smallest,
+                        const rocksdb::Slice& largest, uint64_t base_level, bool* bottommost);
+
 class IngestedBatch {
  public:
   IngestedBatch(StateDB* db, int cf, bool bottommost);

@@ -33,6 +33,7 @@ SlabBlockAllocator::Slab* SlabBlockAllocator::NewSlab(size_t cls) {
   Slab* s = slab.get();
   slabs_.emplace(aligned, std::move(slab));
   slabs_per_class_[cls]++;
+  slabs_mapped_++;
   return s;
 }
 
@@ -60,6 +61,7 @@ void* SlabBlockAllocator::Allocate(size_t size) {
   if (partial_.size() <= cls) {
     partial_.resize(cls + 1);
     slabs_per_class_.resize(cls + 1, 0);
+    spare_.resize(cls + 1, nullptr);
   }
   auto& list = partial_[cls];
   if (list.empty()) {
@@ -68,6 +70,7 @@ void* SlabBlockAllocator::Allocate(size_t size) {
     list.push_back(s);
   }
   Slab* s = list.back();
+  if (s == spare_[cls]) spare_[cls] = nullptr;  // in use again
   uint16_t slot;
   if (!s->dirty.empty()) {
     slot = s->dirty.back();
@@ -96,7 +99,9 @@ void SlabBlockAllocator::Deallocate(void* p) {
   if (s->free_count() == 0) partial_[cls].push_back(s);
   s->dirty.push_back(slot);
   dirty_bytes_ += s->slot_size;
-  if (s->free_count() == s->slots) {
+  if (s->free_count() == s->slots && spare_[cls] == nullptr) {
+    spare_[cls] = s;  // stays in partial_, its slots dirty: the next block reuses them
+  } else if (s->free_count() == s->slots) {
     ReleaseSlab(s);
   } else if (dirty_bytes_ > kDirtyLimit) {
     ReturnDirtyPages();
@@ -120,6 +125,11 @@ size_t SlabBlockAllocator::UsableSize(void* p, size_t allocation_size) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Slab* s = Find(p);
   return s == nullptr ? allocation_size : s->slot_size;
+}
+
+size_t SlabBlockAllocator::slabs_mapped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slabs_mapped_;
 }
 
 size_t SlabBlockAllocator::live_bytes() const {

@@ -2,9 +2,12 @@
 // Invariant: every slot of a slab has the slab's size class (a multiple of 4 KiB), so a freed
 // slot fits any later block of that class; freed slots are reused first while still resident
 // and go back to the kernel (slots are whole pages) once more than kDirtyLimit of them pile up;
-// a slab whose slots are all free is unmapped; the cache is charged each block's class size. So
-// resident memory stays within kDirtyLimit of the cached blocks, whatever else the process
-// allocates and however eviction scatters over the slabs.
+// a slab whose slots are all free is unmapped, except one such slab per class kept as a spare
+// (blocks read past the cache, as scans and copies read them, are allocated and freed one at a
+// time: without a spare each would map a new slab, fault its pages in and unmap it again); the
+// cache is charged each block's class size. So resident memory stays within kDirtyLimit of the
+// cached blocks, whatever else the process allocates and however eviction scatters over the
+// slabs.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +38,8 @@ class SlabBlockAllocator : public rocksdb::MemoryAllocator {
 
   // Bytes of slots holding blocks now: the resident memory of the cached blocks.
   size_t live_bytes() const;
+  // Slabs mapped since the allocator was made (tests: reads past the cache reuse a spare).
+  size_t slabs_mapped() const;
 
  private:
   struct Slab {
@@ -55,8 +60,10 @@ class SlabBlockAllocator : public rocksdb::MemoryAllocator {
   std::unordered_map<uintptr_t, std::unique_ptr<Slab>> slabs_;  // by slab base address
   std::vector<std::vector<Slab*>> partial_;                     // slabs with free slots
   std::vector<size_t> slabs_per_class_;
+  std::vector<Slab*> spare_;  // per class: a slab with every slot free, kept mapped
   size_t live_bytes_ = 0;
   size_t dirty_bytes_ = 0;
+  size_t slabs_mapped_ = 0;
 };
 
 }  // namespace stateengine

@@ -7,8 +7,11 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "batch_ingest.h"
 #include "keygroups.h"
 #include "status_guard.h"
 
@@ -141,6 +144,93 @@ rocksdb::Status ClipToKeyGroupRange(StateDB* db, int prefix_bytes, int32_t kg_st
   return rocksdb::Status::OK();
 }
 
+namespace {
+
+// A table file holds at most this many bytes of copied entries (RocksDB's own default target
+// file size): later compactions of the copied range work file by file.
+constexpr uint64_t kCopyFileBytes = 64ull << 20;
+constexpr size_t kCopyBatchBytes = 4 << 20;
+
+rocksdb::Status WriteInBatches(StateDB* dst, rocksdb::ColumnFamilyHandle* h,
+                               const std::vector<std::pair<std::string, std::string>>& entries) {
+  rocksdb::WriteBatch batch;
+  for (const auto& [k, v] : entries) {
+    rocksdb::Status st = batch.Put(h, k, v);
+    if (!st.ok()) return st;
+    if (batch.GetDataSize() >= kCopyBatchBytes) {
+      if (!(st = dst->Write(&batch)).ok()) return st;
+      batch.Clear();
+    }
+  }
+  return batch.Count() == 0 ? rocksdb::Status::OK() : dst->Write(&batch);
+}
+
+// Copies what `it` yields up to its upper bound into column family cf of dst. A range of at
+// least the batch-ingest threshold becomes table files ingested where RocksDB places them: the
+// key groups copied are ones dst holds nothing of, so into the last level beside the base's
+// tables, where a flush and compaction would have taken the same entries after a memtable
+// insert each. Smaller ranges, and ranges whose file would land below a level holding tables
+// (IngestLandsInPlace), go through the memtable.
+rocksdb::Status CopyRange(rocksdb::Iterator* it, StateDB* dst, int cf, const std::string& upper,
+                          uint64_t* entries) {
+  rocksdb::ColumnFamilyHandle* h = dst->handle(cf);
+  const size_t min_keys = BatchIngestMinKeys();
+  std::vector<std::pair<std::string, std::string>> head;  // until the range is known large
+  std::unique_ptr<IngestedBatch> file;
+  uint64_t file_bytes = 0;
+  bool use_files = min_keys > 0;
+  rocksdb::Status st;
+  auto open_file = [&](const rocksdb::Slice& first) -> rocksdb::Status {
+    uint64_t base_level = 1;
+    bool bottommost = false;
+    if (!dst->raw()->GetIntProperty(h, rocksdb::DB::Properties::kBaseLevel, &base_level) ||
+        !IngestLandsInPlace(dst, cf, first, upper, base_level, &bottommost)) {
+      use_files = false;
+      return rocksdb::Status::OK();
+    }
+    file = std::make_unique<IngestedBatch>(dst, cf, bottommost);
+    file_bytes = 0;
+    return file->Open();
+  };
+  for (; it->Valid(); it->Next()) {
+    ++*entries;
+    if (file == nullptr) {
+      head.emplace_back(it->key().ToString(), it->value().ToString());
+      if (!use_files || head.size() < min_keys) {
+        if (!use_files && head.size() >= 4096) {  // memtable route: write as it goes
+          if (!(st = WriteInBatches(dst, h, head)).ok()) return st;
+          head.clear();
+        }
+        continue;
+      }
+      if (!(st = open_file(head.front().first)).ok()) return st;
+      if (file == nullptr) continue;  // refused: the memtable takes the range
+      for (const auto& [k, v] : head) {
+        if (!(st = file->Put(k, v)).ok()) return st;
+        file_bytes += k.size() + v.size();
+      }
+      head.clear();
+      continue;
+    }
+    if (file_bytes >= kCopyFileBytes) {  // the next file starts at this entry
+      if (!(st = file->Finish()).ok()) return st;
+      file.reset();
+      if (!(st = open_file(it->key())).ok()) return st;
+      if (file == nullptr) {
+        head.emplace_back(it->key().ToString(), it->value().ToString());
+        continue;
+      }
+    }
+    if (!(st = file->Put(it->key(), it->value())).ok()) return st;
+    file_bytes += it->key().size() + it->value().size();
+  }
+  if (!it->status().ok()) return it->status();
+  if (file != nullptr && !(st = file->Finish()).ok()) return st;
+  return WriteInBatches(dst, h, head);
+}
+
+}  // namespace
+
 rocksdb::Status CopyKeyGroupRange(StateDB* src, StateDB* dst,
                                   const std::vector<std::pair<int, int>>& cf_map,
                                   int prefix_bytes, int32_t kg_start, int32_t kg_end,
@@ -149,28 +239,15 @@ rocksdb::Status CopyKeyGroupRange(StateDB* src, StateDB* dst,
     const std::string lower = KeyGroupBound(kg_start, prefix_bytes);
     const std::string upper = KeyGroupBound(kg_end + 1, prefix_bytes);
     rocksdb::Slice upper_slice(upper);
-    constexpr size_t kBatchBytes = 4 << 20;
     for (const auto& [from, to] : cf_map) {
       rocksdb::ReadOptions ro;
       ro.fill_cache = false;
       ro.readahead_size = 2 << 20;
       ro.iterate_upper_bound = &upper_slice;
       std::unique_ptr<rocksdb::Iterator> it(src->raw()->NewIterator(ro, src->handle(from)));
-      rocksdb::WriteBatch batch;
-      for (it->Seek(lower); it->Valid(); it->Next()) {
-        rocksdb::Status st = batch.Put(dst->handle(to), it->key(), it->value());
-        if (!st.ok()) return st;
-        ++*entries;
-        if (batch.GetDataSize() >= kBatchBytes) {
-          if (!(st = dst->Write(&batch)).ok()) return st;
-          batch.Clear();
-        }
-      }
-      if (!it->status().ok()) return it->status();
-      if (batch.Count() > 0) {
-        rocksdb::Status st = dst->Write(&batch);
-        if (!st.ok()) return st;
-      }
+      it->Seek(lower);
+      rocksdb::Status st = CopyRange(it.get(), dst, to, upper, entries);
+      if (!st.ok()) return st;
     }
     return rocksdb::Status::OK();
   });

@@ -125,6 +125,7 @@ double MemoryBudget::write_buffer_ratio() const {
 size_t MemoryBudget::CacheUsage() const { return cache_->GetUsage(); }
 size_t MemoryBudget::MemtableUsage() const { return wbm_->memory_usage(); }
 size_t MemoryBudget::CacheBlockBytes() const { return allocator_->live_bytes(); }
+size_t MemoryBudget::CacheSlabsMapped() const { return allocator_->slabs_mapped(); }
 
 rocksdb::DBOptions StateDB::MakeDBOptions() {
   rocksdb::DBOptions o;

@@ -46,6 +46,7 @@ class MemoryBudget {
   size_t MemtableUsage() const;
   // Resident bytes of cached blocks (their slab slots); compare with CacheUsage().
   size_t CacheBlockBytes() const;
+  size_t CacheSlabsMapped() const;
   std::shared_ptr<rocksdb::Cache> cache() const { return cache_; }
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffer_manager() const { return wbm_; }
 

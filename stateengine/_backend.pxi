@@ -53,9 +53,11 @@ def configure_batch_ingest(min_keys=DEFAULT_BATCH_INGEST_MIN_KEYS) -> int:
     The batch's keys are already sorted, which is all a table file needs, so ingesting saves
     the memtable insert of each key now and the flush of the same entries at the commit (a
     quarter of the state's CPU per key at 400k to 2M keys a batch). A put is ingested only as
-    the first write since the column family's last flush and over one of its level-0 tables
-    (so the file lands in level 0, where compaction merges it as a flush's); other puts go
-    through the memtable. The environment variable
+    the first write since the column family's last flush and where its file lands as a
+    flush's or a compaction's table would (level 0 over existing state, the last level into an
+    empty one; never below a level holding tables); other puts go through the memtable. The
+    same threshold applies to the key groups a rescaling restore copies from another
+    partition's checkpoint (per column family). The environment variable
     ``STATEENGINE_BATCH_INGEST_MIN_KEYS`` sets it when stateengine is imported (in Spark, set
     it on the executors: ``spark.executorEnv.STATEENGINE_BATCH_INGEST_MIN_KEYS``)."""
     if isinstance(min_keys, bool) or not isinstance(min_keys, int) or min_keys < 0:
@@ -73,6 +75,11 @@ def memory_usage() -> dict:
             "write_buffer_ratio": b.write_buffer_ratio(),
             "cache": b.CacheUsage(), "memtables": b.MemtableUsage(),
             "cache_blocks": b.CacheBlockBytes()}
+
+
+def _cache_slabs_mapped() -> int:
+    """Slabs the block allocator has mapped in this process (tests)."""
+    return CMemoryBudget.Instance().CacheSlabsMapped()
 
 
 cdef inline bytes _to_bytes(const string& s):

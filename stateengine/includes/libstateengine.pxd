@@ -130,6 +130,7 @@ cdef extern from "db.h" namespace "stateengine" nogil:
         size_t CacheUsage()
         size_t MemtableUsage()
         size_t CacheBlockBytes()
+        size_t CacheSlabsMapped()
 
     ctypedef uint8_t CMergeKind "stateengine::MergeKind"
 
