@@ -99,13 +99,14 @@ void SlabBlockAllocator::Deallocate(void* p) {
   if (s->free_count() == 0) partial_[cls].push_back(s);
   s->dirty.push_back(slot);
   dirty_bytes_ += s->slot_size;
-  if (s->free_count() == s->slots && spare_[cls] == nullptr) {
-    spare_[cls] = s;  // stays in partial_, its slots dirty: the next block reuses them
-  } else if (s->free_count() == s->slots) {
-    ReleaseSlab(s);
-  } else if (dirty_bytes_ > kDirtyLimit) {
-    ReturnDirtyPages();
+  if (s->free_count() == s->slots) {
+    if (spare_[cls] == nullptr) {
+      spare_[cls] = s;  // stays in partial_, its slots dirty: the next block reuses them
+    } else {
+      ReleaseSlab(s);
+    }
   }
+  if (dirty_bytes_ > kDirtyLimit) ReturnDirtyPages();
 }
 
 void SlabBlockAllocator::ReturnDirtyPages() {

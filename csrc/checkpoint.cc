@@ -150,6 +150,8 @@ namespace {
 // file size): later compactions of the copied range work file by file.
 constexpr uint64_t kCopyFileBytes = 64ull << 20;
 constexpr size_t kCopyBatchBytes = 4 << 20;
+// On the memtable route, entries wait in `head` up to this many before they are written.
+constexpr size_t kCopyHeadEntries = 4096;
 
 rocksdb::Status WriteInBatches(StateDB* dst, rocksdb::ColumnFamilyHandle* h,
                                const std::vector<std::pair<std::string, std::string>>& entries) {
@@ -180,6 +182,8 @@ rocksdb::Status CopyRange(rocksdb::Iterator* it, StateDB* dst, int cf, const std
   uint64_t file_bytes = 0;
   bool use_files = min_keys > 0;
   rocksdb::Status st;
+  // The file's keys lie in [first, upper): upper, the range's exclusive bound, stands in for
+  // its last key (a key-group bound sorts before every key of that group).
   auto open_file = [&](const rocksdb::Slice& first) -> rocksdb::Status {
     uint64_t base_level = 1;
     bool bottommost = false;
@@ -197,7 +201,7 @@ rocksdb::Status CopyRange(rocksdb::Iterator* it, StateDB* dst, int cf, const std
     if (file == nullptr) {
       head.emplace_back(it->key().ToString(), it->value().ToString());
       if (!use_files || head.size() < min_keys) {
-        if (!use_files && head.size() >= 4096) {  // memtable route: write as it goes
+        if (!use_files && head.size() >= kCopyHeadEntries) {  // memtable route: as it goes
           if (!(st = WriteInBatches(dst, h, head)).ok()) return st;
           head.clear();
         }
