@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from .checkpoint.documents import resolve_key
@@ -52,6 +53,18 @@ SPARK_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
+def exact_rounded_sum(values: Any) -> int:
+    """What the query's progress computes for a summed figure (spark/metrics.py
+    ``_aggregate``): each value as DECIMAL(38, 3), summed exactly, rounded half up. Float sums
+    rounded half to even (Python's round) differed from it now and then by 1 ms."""
+    total = sum((Decimal(repr(v) if isinstance(v, float) else v).quantize(_MILLI, ROUND_HALF_UP)
+                 for v in values), Decimal(0))
+    return int(total.quantize(Decimal(1), ROUND_HALF_UP))
+
+
+_MILLI = Decimal("0.001")
+
+
 def spark_summary(partitions: dict[int, dict[str, Any] | None]) -> dict[str, int]:
     """The partitions' metrics summed like Spark's ``stateOperators`` (``SPARK_FIELDS``);
     times in whole ms, as Spark reports them."""
@@ -59,7 +72,7 @@ def spark_summary(partitions: dict[int, dict[str, Any] | None]) -> dict[str, int
     out: dict[str, int] = {}
     for name, (how, f) in SPARK_FIELDS.items():
         if how == "sum":
-            out[name] = int(round(sum(m.get(f, 0) for m in present)))
+            out[name] = exact_rounded_sum(m.get(f, 0) for m in present)
         elif how == "max":
             out[name] = int(max((m.get(f, 0) for m in present), default=0))
         elif how == "count":

@@ -137,6 +137,21 @@ def test_streaming_query_progress_carries_state_metrics_on_connect(connect, tmp_
     check_query(connect, tmp_path, "agg_connect")
 
 
+def test_summed_figures_round_as_the_progress_does(spark):
+    """A summed figure from the manifests (exact_rounded_sum) is what the progress's
+    aggregation (spark/metrics.py ``_aggregate``) computes from the same JSON values, halves
+    and float sums included: 52.5 + 53 + 53 is 159 in both (Python's round gives 158)."""
+    from stateengine.metrics import exact_rounded_sum
+    from stateengine.spark.metrics import METRICS_COL, _aggregate
+
+    cases = [[52.5, 53.0, 53.0], [0.1, 0.2, 0.2], [158.4995], [1.0005, 2.0005], [7, 40638, 3]]
+    for values in cases:
+        rows = [(f'{{"load_ms": {v!r}}}',) for v in values]
+        got = spark.createDataFrame(rows, f"{METRICS_COL} string") \
+            .selectExpr(_aggregate("sum", "load_ms")).collect()[0][0]
+        assert got == exact_rounded_sum(values), values
+
+
 def test_observed_metrics_reads_every_progress_form():
     body = {"numRowsTotal": 3, "batchId": 1}
     name = "stateengine.op"

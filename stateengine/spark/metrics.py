@@ -123,7 +123,9 @@ def metrics_batch(schema: Any, task: Any) -> Any:
 def _aggregate(how: str, field: str) -> str:
     value = f"get_json_object({METRICS_COL}, '$.{field}')"
     if how == "sum":
-        agg = f"CAST(round(sum(CAST({value} AS DOUBLE))) AS BIGINT)"
+        # exact: DECIMAL sums do not depend on the order Spark adds the tasks' values in, and
+        # metrics.exact_rounded_sum gives the same figure from the manifests
+        agg = f"CAST(round(sum(CAST({value} AS DECIMAL(38, 3)))) AS BIGINT)"
     elif how == "max":
         agg = f"max(CAST({value} AS BIGINT))"
     elif how == "count":
