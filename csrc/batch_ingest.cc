@@ -44,22 +44,26 @@ bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smal
   // Only into an empty memtable: puts that join writes already in it are flushed with them
   // later, one flush for many puts, which a file per put costs more than (bench/run.py's
   // put_many loops without commits: 5 to 10% slower ingested).
-  uint64_t active = 0, immutable = 0, base_level = 1;
+  uint64_t active = 0, immutable = 0;
   rocksdb::ColumnFamilyHandle* h = db->handle(cf);
   if (!db->raw()->GetIntProperty(h, "rocksdb.num-entries-active-mem-table", &active) ||
       !db->raw()->GetIntProperty(h, "rocksdb.num-immutable-mem-table", &immutable) ||
-      !db->raw()->GetIntProperty(h, rocksdb::DB::Properties::kBaseLevel, &base_level) ||
       active != 0 || immutable != 0) {
     return false;
   }
-  return IngestLandsInPlace(db, cf, smallest, largest, base_level, bottommost);
+  return IngestLandsInPlace(db, cf, smallest, largest, bottommost);
 }
 
 bool IngestLandsInPlace(StateDB* db, int cf, const rocksdb::Slice& smallest,
-                        const rocksdb::Slice& largest, uint64_t base_level, bool* bottommost) {
+                        const rocksdb::Slice& largest, bool* bottommost) {
   *bottommost = false;
+  uint64_t base_level = 1;
+  rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+  if (!db->raw()->GetIntProperty(h, rocksdb::DB::Properties::kBaseLevel, &base_level)) {
+    return false;
+  }
   rocksdb::ColumnFamilyMetaData meta;
-  db->raw()->GetColumnFamilyMetaData(db->handle(cf), &meta);
+  db->raw()->GetColumnFamilyMetaData(h, &meta);
   if (meta.levels.empty() || meta.levels[0].level != 0) return false;
   if (meta.levels[0].files.size() >= kIngestMaxL0Files) return false;
   // RocksDB's choice of level, predicted from the tables' key ranges. RocksDB also looks at

@@ -48,17 +48,16 @@ constexpr size_t kIngestMaxL0Files = 12;
 bool IngestBatchPut(StateDB* db, int cf, size_t keys, const rocksdb::Slice& smallest,
                     const rocksdb::Slice& largest, bool* bottommost);
 
+// The landing half of IngestBatchPut, for any file of keys in [smallest, largest]: whether a
+// file ingested now lands where a flush's or a compaction's table would (not below a level
+// holding tables, L0 not crowded), and whether that is the last level.
+bool IngestLandsInPlace(StateDB* db, int cf, const rocksdb::Slice& smallest,
+                        const rocksdb::Slice& largest, bool* bottommost);
+
 // One table file of puts and deletes in strictly increasing key order, ingested into a column
 // family with a sequence number above every write before it (so it wins over them, as a
 // WriteBatch written now would). The file lives in the database's directory (ingestion moves
 // it by a hard link) and is removed if it is never ingested.
-// The landing half of IngestBatchPut, for any file of keys in [smallest, largest]: whether a
-// file ingested now lands where a flush's or a compaction's table would (not below a level
-// holding tables, L0 not crowded), and whether that is the last level. base_level is the
-// column family's "rocksdb.base-level".
-bool IngestLandsInPlace(StateDB* db, int cf, const rocksdb::Slice& smallest,
-                        const rocksdb::Slice& largest, uint64_t base_level, bool* bottommost);
-
 class IngestedBatch {
  public:
   IngestedBatch(StateDB* db, int cf, bool bottommost);

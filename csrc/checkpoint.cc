@@ -185,10 +185,8 @@ rocksdb::Status CopyRange(rocksdb::Iterator* it, StateDB* dst, int cf, const std
   // The file's keys lie in [first, upper): upper, the range's exclusive bound, stands in for
   // its last key (a key-group bound sorts before every key of that group).
   auto open_file = [&](const rocksdb::Slice& first) -> rocksdb::Status {
-    uint64_t base_level = 1;
     bool bottommost = false;
-    if (!dst->raw()->GetIntProperty(h, rocksdb::DB::Properties::kBaseLevel, &base_level) ||
-        !IngestLandsInPlace(dst, cf, first, upper, base_level, &bottommost)) {
+    if (!IngestLandsInPlace(dst, cf, first, upper, &bottommost)) {
       use_files = false;
       return rocksdb::Status::OK();
     }

@@ -53,6 +53,9 @@ SPARK_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
+_MILLI = Decimal("0.001")
+
+
 def exact_rounded_sum(values: Any) -> int:
     """What the query's progress computes for a summed figure (spark/metrics.py
     ``_aggregate``): each value as DECIMAL(38, 3), summed exactly, rounded half up. Float sums
@@ -60,9 +63,6 @@ def exact_rounded_sum(values: Any) -> int:
     total = sum((Decimal(repr(v) if isinstance(v, float) else v).quantize(_MILLI, ROUND_HALF_UP)
                  for v in values), Decimal(0))
     return int(total.quantize(Decimal(1), ROUND_HALF_UP))
-
-
-_MILLI = Decimal("0.001")
 
 
 def spark_summary(partitions: dict[int, dict[str, Any] | None]) -> dict[str, int]:
