@@ -310,6 +310,24 @@ class ArrowDecoder {
     return b;
   }
 
+  // Sizes b's buffers (and its struct children's) for `rows` values up front: a batch read
+  // knows its row count, and buffers grown by doubling copy their bytes and fault in fresh
+  // pages about twice over (list elements, whose count is unknown, still grow).
+  void Reserve(Builder* b, size_t rows) {
+    const RowNode& node = s_.node(b->node);
+    b->validity.reserve(rows / 8 + 1);
+    if (!b->offsets.empty()) b->offsets.reserve(rows + 1);
+    if (b->type == kRowBoolean) {
+      b->data.reserve(rows / 8 + 1);
+    } else if (b->type == kRowDecimal) {
+      b->data.reserve(rows * 16);
+    } else if (node.fixed_width != 0 && b->type != kRowArray) {
+      b->data.reserve(rows * node.fixed_width);
+    } else if (b->type == kRowStruct) {
+      for (auto& c : b->children) Reserve(c.get(), rows);
+    }
+  }
+
   static void Valid(Builder* b, bool valid) {
     if ((b->length & 7) == 0) b->validity.push_back(0);
     if (valid) {
@@ -617,6 +635,12 @@ bool Decode(const RowSchema& s, const RowVersions* versions, size_t rows, int la
     ArrowDecoder dec(s);
     std::string upgraded_value;
     std::unique_ptr<Builder> root = layout == kStoredList ? dec.MakeList() : dec.Make(0);
+    if (layout == kStoredList) {
+      root->validity.reserve(rows / 8 + 1);
+      root->offsets.reserve(rows + 1);
+    } else {
+      dec.Reserve(root.get(), rows);
+    }
     for (size_t r = 0; r < rows; ++r) {
       rocksdb::Slice v;
       bool found = row_at(r, &v);
@@ -691,6 +715,7 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
     nulls->assign(null_rows == kNullRowsMark ? static_cast<size_t>(n) : 0, 0);
     const bool marked = !prefix.empty();
     for (int64_t r = 0; r < n; ++r) {
+      if (r == 1) ReserveLike(data, static_cast<size_t>(n));
       if (ArrowIsNull(array, r)) {
         if (null_rows == kNullRowsRefuse) {
           err->code = kRowNullRow;

@@ -382,6 +382,23 @@ bool SortedAfterPrefix(const std::vector<WordKey<W>>& v, int prefix_bytes) {
   return true;
 }
 
+// One stable counting pass by an 8-bit digit from *src into *dst, which then swap.
+template <typename T, typename Digit>
+void RadixPass(T** src, T** dst, size_t n, Digit digit) {
+  uint32_t count[256] = {};
+  const T* in = *src;
+  T* out = *dst;
+  for (size_t i = 0; i < n; ++i) ++count[digit(in[i])];
+  uint32_t sum = 0;
+  for (auto& c : count) {
+    const uint32_t k = c;
+    c = sum;
+    sum += k;
+  }
+  for (size_t i = 0; i < n; ++i) out[count[digit(in[i])]++] = in[i];
+  std::swap(*src, *dst);
+}
+
 template <int W>
 void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp, int prefix_bytes) {
   const size_t n = v->size();
@@ -401,19 +418,7 @@ void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp, int pre
   tmp->resize(n);
   WordKey<W>* src = v->data();
   WordKey<W>* dst = tmp->data();
-  uint32_t count[256];
-  auto pass = [&](auto digit) {
-    std::memset(count, 0, sizeof(count));
-    for (size_t i = 0; i < n; ++i) ++count[digit(src[i])];
-    uint32_t sum = 0;
-    for (auto& c : count) {
-      const uint32_t k = c;
-      c = sum;
-      sum += k;
-    }
-    for (size_t i = 0; i < n; ++i) dst[count[digit(src[i])]++] = src[i];
-    std::swap(src, dst);
-  };
+  auto pass = [&](auto digit) { RadixPass(&src, &dst, n, digit); };
   if (len_diff != 0) pass([](const WordKey<W>& e) { return static_cast<uint8_t>(e.len); });
   for (int i = W - 1; i >= 0; --i) {
     for (int shift = 0; shift < 64; shift += 8) {
@@ -424,7 +429,61 @@ void RadixSort(std::vector<WordKey<W>>* v, std::vector<WordKey<W>>* tmp, int pre
   if (src != v->data()) v->swap(*tmp);
 }
 
+// Stable LSD radix sort of a bigint batch by (key group, value): only the bytes that differ
+// somewhere get a pass, and none of the value's when the rows are in value order already (the
+// sorted output of np.unique or a groupby): the key-group passes keep that order.
+void SortBigintKeys(std::vector<BigintKey>* v, bool values_sorted) {
+  const size_t n = v->size();
+  if (n < 2) return;
+  uint64_t vdiff = 0;
+  uint32_t kdiff = 0;
+  const BigintKey first = (*v)[0];
+  for (const auto& e : *v) {
+    vdiff |= e.v ^ first.v;
+    kdiff |= e.kg ^ first.kg;
+  }
+  if (values_sorted) vdiff = 0;
+  if (vdiff == 0 && kdiff == 0) return;
+  std::vector<BigintKey> tmp(n);
+  BigintKey* src = v->data();
+  BigintKey* dst = tmp.data();
+  for (int shift = 0; shift < 64; shift += 8) {
+    if (((vdiff >> shift) & 0xFF) == 0) continue;
+    RadixPass(&src, &dst, n, [shift](const BigintKey& e) { return static_cast<uint8_t>(e.v >> shift); });
+  }
+  for (int shift = 0; shift < 32; shift += 8) {
+    if (((kdiff >> shift) & 0xFF) == 0) continue;
+    RadixPass(&src, &dst, n, [shift](const BigintKey& e) { return static_cast<uint8_t>(e.kg >> shift); });
+  }
+  if (src != v->data()) v->swap(tmp);
+}
+
 }  // namespace
+
+void KeyBatch::SortBigints(std::vector<BigintKey>* entries, bool values_sorted,
+                           const BatchTarget& t, size_t width) {
+  const size_t n = entries->size();
+  order_.resize(n);
+  group_of_.resize(n);
+  SortBigintKeys(entries, values_sorted);
+  const auto& e = *entries;
+  // Equal values have equal key groups, so equal keys are neighbours.
+  Group(n, [&](size_t i) { return e[i].row; }, [&](size_t i) { return e[i - 1].v == e[i].v; });
+  const size_t groups = group_start_.size() - 1;
+  const size_t prefix = static_cast<size_t>(t.prefix_bytes);
+  group_offsets_.resize(groups + 1);
+  group_arena_.resize(groups * width);
+  char* out = &group_arena_[0];
+  for (size_t g = 0; g < groups; ++g) {
+    const BigintKey& k = e[group_start_[g]];
+    char* p = out + g * width;
+    WriteKeyGroupPrefix(static_cast<int32_t>(k.kg) + t.kg_start, t.prefix_bytes, p);
+    StoreBE64(p + prefix, k.v);
+    std::memcpy(p + prefix + 8, t.ns->data(), t.ns->size());
+    group_offsets_[g] = g * width;
+  }
+  group_offsets_[groups] = groups * width;
+}
 
 template <int W>
 void KeyBatch::SortWords() {
@@ -474,6 +533,7 @@ void KeyBatch::CopyGroupKeys() {
 template <typename RowAt, typename SameAsPrevious>
 void KeyBatch::Group(size_t n, RowAt row_at, SameAsPrevious same_as_previous) {
   group_start_.clear();
+  group_start_.reserve(n + 1);  // at most a group per row; pages untouched are never faulted in
   for (size_t i = 0; i < n; ++i) {
     const uint32_t row = row_at(i);
     order_[i] = row;
@@ -537,9 +597,14 @@ bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchEr
   // A bigint key is fixed-length, so no length suffixes: every key is [kg][8 bytes][ns].
   const size_t prefix = static_cast<size_t>(t.prefix_bytes);
   const size_t width = prefix + 8 + t.ns->size();
-  arena_.resize(n * width);
-  offsets_.resize(n + 1);
-  char* out = &arena_[0];
+  // Sorted as (key group, value) pairs rather than as bytes (SortRows), and only the distinct
+  // keys written out: less memory to fault in and move than the rows' keys and byte-keyed
+  // words, and no pass to find which bytes differ.
+  arena_.clear();
+  offsets_.clear();
+  std::vector<BigintKey> entries(n);
+  bool values_sorted = true;
+  uint64_t previous = 0;
   for (size_t row = 0; row < n; ++row) {
     const int64_t v = Load<int64_t>(keys.data, row);
     const int32_t kg = KeyGroupForHash(SparkHashLong(v, kSparkHashSeed), t.max_parallelism);
@@ -549,14 +614,12 @@ bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchEr
       err->key_group = kg;
       return false;
     }
-    char* p = out + row * width;
-    WriteKeyGroupPrefix(kg, t.prefix_bytes, p);
-    StoreBE64(p + prefix, static_cast<uint64_t>(v));
-    std::memcpy(p + prefix + 8, t.ns->data(), t.ns->size());
-    offsets_[row] = row * width;
+    const uint64_t u = static_cast<uint64_t>(v);  // the key's bytes compare as unsigned
+    values_sorted = values_sorted && u >= previous;
+    previous = u;
+    entries[row] = {u, static_cast<uint32_t>(kg - t.kg_start), static_cast<uint32_t>(row)};
   }
-  offsets_[n] = n * width;
-  SortRows();
+  SortBigints(&entries, values_sorted, t, width);
   bigint_input_.assign(keys.data, n * sizeof(int64_t));
   bigint_target_ = t;
   bigint_ns_ = *t.ns;
@@ -964,6 +1027,13 @@ rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::
 
 int SetBatchReadMode(int mode) { return g_read_mode.exchange(mode); }
 
+void ReserveLike(std::string* data, size_t n) {
+  constexpr size_t kCap = size_t{128} << 20;
+  const size_t first = data->size();
+  if (first == 0 || n <= 1) return;
+  data->reserve(n > kCap / first ? kCap : first * n);
+}
+
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
                          bool write_back, int mode) {
   rocksdb::Status st =
@@ -1006,7 +1076,9 @@ rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead 
         out->found[g] = verdict.visible ? 1 : 0;
       } else if (value != nullptr) {
         out->found[g] = 1;
+        const bool first = out->data.empty();
         out->data.append(value->data(), value->size());
+        if (first) ReserveLike(&out->data, groups - g);
       }
       out->offsets.push_back(out->data.size());
       return rocksdb::Status::OK();

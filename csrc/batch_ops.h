@@ -92,6 +92,14 @@ struct BatchTarget {
 };
 
 // The composite keys of a batch, sorted, with rows grouped by distinct key.
+// A bigint key of a batch as it sorts: by key group (less the target's first), then by its
+// value's 8 bytes as an unsigned number (the namespace is the same in every row of a call).
+struct BigintKey {
+  uint64_t v;
+  uint32_t kg;
+  uint32_t row;
+};
+
 class KeyBatch {
  public:
   // Encodes and hashes every key, checks its key group and builds [kg][key][ns] (+ the user
@@ -108,17 +116,17 @@ class KeyBatch {
   const std::vector<uint32_t>& group_of() const { return group_of_; }
   // Group g is order()[group_start()[g] .. group_start()[g + 1]).
   const std::vector<uint32_t>& group_start() const { return group_start_; }
-  rocksdb::Slice row_key(size_t row) const {
-    return rocksdb::Slice(arena_.data() + offsets_[row], offsets_[row + 1] - offsets_[row]);
-  }
-  // The distinct keys back to back in key order: reading them in order is sequential, where
-  // row_key(order()[...]) would jump through the arena (a cache miss or two per key).
+  // The distinct keys back to back in key order (row r's key is group_key(group_of()[r])).
   rocksdb::Slice group_key(size_t g) const {
     return rocksdb::Slice(group_arena_.data() + group_offsets_[g],
                           group_offsets_[g + 1] - group_offsets_[g]);
   }
 
  private:
+  // Row r's key while the rows are sorted (not kept for bigint keys, which sort without it).
+  rocksdb::Slice row_key(size_t row) const {
+    return rocksdb::Slice(arena_.data() + offsets_[row], offsets_[row + 1] - offsets_[row]);
+  }
   bool BuildRows(const BatchTarget& target, const ColumnView& keys, const ColumnView* user_keys,
                  Codec uk_codec, BatchError* err);
   bool BuildBigint(const BatchTarget& target, const ColumnView& keys, BatchError* err);
@@ -126,6 +134,9 @@ class KeyBatch {
   bool BuiltFrom(const BatchTarget& target, const ColumnView& keys) const;
   // Fills order_, group_of_ and group_start_ from the built keys.
   void SortRows();
+  // The same for BuildBigint's keys (each width bytes), and the group keys from the entries.
+  void SortBigints(std::vector<BigintKey>* entries, bool values_sorted, const BatchTarget& t,
+                   size_t width);
   // group_arena_ / group_offsets_ from the arena, once the groups are known.
   void CopyGroupKeys();
   template <int W>
@@ -181,6 +192,12 @@ struct BatchValues {
   // Frees the values (the keys' batch outlives them when it is kept for reuse).
   void Release() { *this = BatchValues(); }
 };
+
+// Room in data for n values of the size of what it holds now (its first value): a hint,
+// capped at 128 MiB so that a long first value cannot ask for much more than is needed. A
+// batch's bytes in a string grown by doubling are copied, and their pages faulted in, about
+// twice over.
+void ReserveLike(std::string* data, size_t n);
 
 // How batch reads fetch a batch's distinct keys: sorted MultiGets, or one forward iterator
 // for dense batches (at least one key per 6 of the column family's entries). kReadAuto

@@ -25,10 +25,11 @@ rocksdb::Status MeasureFloor(StateDB* db, int cf, const KeyBatch& batch, int op,
   rocksdb::Status st;
   if (op == kFloorPointGet) {
     rocksdb::PinnableSlice value;
+    const auto& group_of = batch.group_of();
     const double t0 = Now();
     for (size_t row = 0; row < batch.rows(); ++row) {
       value.Reset();
-      st = raw->Get(ro, h, batch.row_key(row), &value);
+      st = raw->Get(ro, h, batch.group_key(group_of[row]), &value);
       if (!st.ok() && !st.IsNotFound()) return st;
     }
     *seconds = Now() - t0;
@@ -54,7 +55,7 @@ rocksdb::Status MeasureFloor(StateDB* db, int cf, const KeyBatch& batch, int op,
     for (size_t row = 0; row < batch.rows(); ++row) {  // input order, as a scalar loop writes
       const uint32_t g = group_of[row];
       if (!current.found[g]) continue;
-      st = raw->Put(wo, h, batch.row_key(row), current.value(g));
+      st = raw->Put(wo, h, batch.group_key(g), current.value(g));
       if (!st.ok()) return st;
     }
   } else {
