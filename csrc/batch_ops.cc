@@ -598,8 +598,8 @@ bool KeyBatch::BuildBigint(const BatchTarget& t, const ColumnView& keys, BatchEr
   const size_t prefix = static_cast<size_t>(t.prefix_bytes);
   const size_t width = prefix + 8 + t.ns->size();
   // Sorted as (key group, value) pairs rather than as bytes (SortRows), and only the distinct
-  // keys written out: less memory to fault in and move than the rows' keys and byte-keyed
-  // words, and no pass to find which bytes differ.
+  // keys written out: less memory to fault in and move than the rows' keys plus 24-byte
+  // words, and no copy of each row's key into words.
   arena_.clear();
   offsets_.clear();
   std::vector<BigintKey> entries(n);
