@@ -21,7 +21,7 @@ from stateengine import (AggregatingStateDescriptor, CorruptionError, Incompatib
                          KeyedStateBackend, KeyGroupRange, ListStateDescriptor,
                          MapStateDescriptor, ReducingStateDescriptor, StateRegistrationError,
                          StateStoreProvider, StateTtlConfig, ValueStateDescriptor, _native,
-                         evolution)
+                         evolution, load_handle)
 from stateengine.errors import SchemaEvolutionError
 from stateengine.evolution import HISTORY, escape_of
 from stateengine.sparktypes import NODE_IDS, parse_ddl, program
@@ -582,7 +582,9 @@ def _read_all(backend, descriptors, keys):
 
 
 def test_checkpoints_written_before_evolution_restore_as_they_were(before, tmp_path):
-    handle = json.load(open(before / "full" / "snap.handle.json"))
+    # The fixture was written under another directory (its handle records that root):
+    # load_handle resolves it where it lies now, as for any copied checkpoint.
+    handle = load_handle(str(before / "full"), "snap.handle.json")
     b = KeyedStateBackend.restore(str(tmp_path / "f"), [handle], key_type=int,
                                   descriptors=v1.descriptors())
     try:
