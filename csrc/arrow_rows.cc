@@ -312,7 +312,8 @@ class ArrowDecoder {
 
   // Sizes b's buffers (and its struct children's) for `rows` values up front: a batch read
   // knows its row count, and buffers grown by doubling copy their bytes and fault in fresh
-  // pages about twice over (list elements, whose count is unknown, still grow).
+  // pages about twice over (a list's offsets only: its elements, whose count is unknown,
+  // still grow).
   void Reserve(Builder* b, size_t rows) {
     const RowNode& node = s_.node(b->node);
     b->validity.reserve(rows / 8 + 1);
@@ -635,12 +636,7 @@ bool Decode(const RowSchema& s, const RowVersions* versions, size_t rows, int la
     ArrowDecoder dec(s);
     std::string upgraded_value;
     std::unique_ptr<Builder> root = layout == kStoredList ? dec.MakeList() : dec.Make(0);
-    if (layout == kStoredList) {
-      root->validity.reserve(rows / 8 + 1);
-      root->offsets.reserve(rows + 1);
-    } else {
-      dec.Reserve(root.get(), rows);
-    }
+    dec.Reserve(root.get(), rows);
     for (size_t r = 0; r < rows; ++r) {
       rocksdb::Slice v;
       bool found = row_at(r, &v);

@@ -91,7 +91,6 @@ struct BatchTarget {
   bool ns_variable = false;
 };
 
-// The composite keys of a batch, sorted, with rows grouped by distinct key.
 // A bigint key of a batch as it sorts: by key group (less the target's first), then by its
 // value's 8 bytes as an unsigned number (the namespace is the same in every row of a call).
 struct BigintKey {
@@ -100,6 +99,7 @@ struct BigintKey {
   uint32_t row;
 };
 
+// The composite keys of a batch, sorted, with rows grouped by distinct key.
 class KeyBatch {
  public:
   // Encodes and hashes every key, checks its key group and builds [kg][key][ns] (+ the user
