@@ -288,3 +288,65 @@ def test_messages_show_the_uri_without_its_options(s3):
     with pytest.raises(CheckpointNotFoundError) as e:
         storage.read_bytes("op/_operator.json")
     assert str(e.value) == f"checkpoint file {storage.location}/op/_operator.json does not exist"
+
+
+def test_retention_over_many_partitions_on_s3_reads_concurrently_and_keeps_its_rules(s3,
+                                                                                     tmp_path):
+    """Partition 0's retention reads the other partitions' manifests and deletes with
+    concurrent requests on object storage (VersionCatalog._concurrently): it still deletes
+    exactly the old versions and the files only they named, passes over a damaged manifest of
+    a version it deletes anyway, and deletes nothing when a retained version's manifest is
+    damaged (the commit reports it)."""
+    from stateengine import ValueStateDescriptor
+    from stateengine.keygroups import assign_key_group, operator_for_key_group
+
+    n, uri, value = 3, s3.uri("many"), ValueStateDescriptor("v", value_type=int)
+    keys = {p: [k for k in range(60) if operator_for_key_group(
+        assign_key_group(k, 128), n, 128) == p] for p in range(n)}
+    provs = [StateStoreProvider(uri, "op", p, n, 128, key_type=int, descriptors=[value],
+                                local_dir=str(tmp_path / f"w{p}"), min_versions_to_retain=2)
+             for p in range(n)]
+    catalog = VersionCatalog(CheckpointStorage(uri), "op")
+
+    def batch(b: int) -> dict:
+        for p in (1, 2, 0):  # partition 0 prunes once all have committed the version
+            store = provs[p].get_store(b)
+            for k in keys[p]:
+                store.backend.set_current_key(k)
+                store.get_state(value).update(k * 100 + b)
+            assert store.commit() == b + 1
+        return store.metrics
+
+    for b in range(5):
+        assert batch(b)["prune_error"] is None
+    assert catalog.versions() == [4, 5]
+
+    def manifest(v: int, p: int) -> str:
+        return s3.path(f"many/op/v{v}/p{p:05d}-of-{n:05d}.json")
+
+    with s3.fs.open_output_stream(manifest(4, 1)) as f:  # v4 goes at the next commit anyway
+        f.write(b"{")
+    assert batch(5)["prune_error"] is None
+    assert catalog.versions() == [5, 6]
+    objects = s3.objects("many")
+    assert not [k for k in objects if k.startswith(("op/v1/", "op/v2/", "op/v3/", "op/v4/"))]
+    referenced = {f.path for v in (5, 6) for _, _, h in catalog.manifest_handles(v)
+                  for f in h.shared}
+    # v4's files are orphans for the grace-period sweep, or still named by v5 and v6
+    assert referenced <= {k for k in objects if k.startswith("op/shared/")}
+
+    with s3.fs.open_output_stream(manifest(6, 2)) as f:  # retained at the next commit
+        f.write(b"{")
+    error = batch(6)["prune_error"]
+    assert error is not None and "p00002-of-00003.json" in error
+    assert {5, 6, 7} <= set(catalog.version_dirs())  # nothing deleted
+    for p in (0, 1):  # the undamaged partitions restore their newest values
+        with StateStoreProvider(uri, "op", p, n, 128, key_type=int, descriptors=[value],
+                                local_dir=str(tmp_path / f"r{p}")) as fresh:
+            store = fresh.get_store(7)
+            for k in keys[p]:
+                store.backend.set_current_key(k)
+                assert store.get_state(value).value() == k * 100 + 6
+            store.abort()
+    for prov in provs:
+        prov.close()

@@ -32,8 +32,9 @@ from __future__ import annotations
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence, TypeVar
 
 from ..errors import CheckpointNotFoundError, CorruptionError, IncompatibleStateError
 from ..keygroups import KeyGroupRange
@@ -43,6 +44,15 @@ from .handles import IncrementalHandle, decode_handle
 from .incremental import shared_file_time_ms
 from .meta import check_key_layout
 from .storage import CheckpointStorage
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+# Listings and manifests that retention reads at once from remote storage: it reads one
+# manifest per partition and retained version, and an object store answers each request in
+# tens of milliseconds, which one after another made partition 0's commit the batch's
+# straggler (bench/prune_partitions.py).
+_READ_THREADS = 16
 
 _MANIFEST = re.compile(r"^p(\d+)-of-(\d+)\.json$")
 _PRIVATE = re.compile(r"^p(\d+)-of-(\d+)-[0-9a-f]+$")
@@ -266,17 +276,26 @@ class VersionCatalog:
                     f"damaged")
         return sorted(versions)
 
+    def _ident(self, version: int, name: str, info: Any) -> tuple[str, int, int]:
+        # a manifest rewritten in place (same name) is read again
+        return (f"{self.version_dir(version)}/{name}", info.size,
+                getattr(info, "mtime_ns", None) or 0)
+
     def _manifest(self, version: int, partition: int, num_partitions: int, name: str,
-                  info: Any) -> tuple[IncrementalHandle, dict[str, Any]]:
-        rel = f"{self.version_dir(version)}/{name}"
-        ident = (rel, info.size, getattr(info, "mtime_ns", None) or 0)
+                  info: Any, data: bytes | None = None
+                  ) -> tuple[IncrementalHandle, dict[str, Any]]:
+        """The decoded, checked manifest ``name`` of version (cached by name, size and
+        modification time); ``data``: its bytes, if the caller read them already."""
+        ident = self._ident(version, name, info)
+        rel = ident[0]
         with self._lock:
             cached = self._cache.get(ident)
         if cached is not None:
             return cached
         source = self.storage.describe(rel)
-        handle, doc = decode_handle(self.storage.read_bytes(rel), self.storage.uri, source,
-                                    self.hmac_key)
+        if data is None:
+            data = self.storage.read_bytes(rel)
+        handle, doc = decode_handle(data, self.storage.uri, source, self.hmac_key)
         if isinstance(handle, IncrementalHandle):
             handle.manifest = rel
         try:
@@ -325,6 +344,51 @@ class VersionCatalog:
         """(partition, num partitions, handle) of every manifest of version."""
         return [(p, n, self._manifest(version, p, n, name, info)[0])
                 for p, n, name, info in self._manifest_entries(version)]
+
+    def manifest_handles_of(self, versions: Sequence[int]
+                            ) -> dict[int, list[tuple[int, int, IncrementalHandle]] | Exception]:
+        """manifest_handles of each version, or the error reading that version raised (the
+        caller decides which errors it tolerates). The listings, then the manifests not
+        cached yet, are read concurrently on remote storage; decoding stays in this
+        thread."""
+        listings = self._concurrently(self._manifest_entries, versions)
+        wanted = [(v, name, info) for v, entries in zip(versions, listings)
+                  if not isinstance(entries, Exception) for _, _, name, info in entries]
+        with self._lock:
+            wanted = [w for w in wanted if self._ident(*w) not in self._cache]
+        fetched = dict(zip([self._ident(*w)[0] for w in wanted], self._concurrently(
+            lambda w: self.storage.read_bytes(self._ident(*w)[0]), wanted)))
+        out: dict[int, list[tuple[int, int, IncrementalHandle]] | Exception] = {}
+        for v, entries in zip(versions, listings):
+            try:
+                if isinstance(entries, Exception):
+                    raise entries
+                handles = []
+                for p, n, name, info in entries:
+                    data = fetched.get(f"{self.version_dir(v)}/{name}")
+                    if isinstance(data, Exception):
+                        raise data
+                    handles.append((p, n, self._manifest(v, p, n, name, info, data)[0]))
+                out[v] = handles
+            except Exception as e:  # the caller raises it or not
+                out[v] = e
+        return out
+
+    def _concurrently(self, fn: Callable[[T], U], items: Sequence[T]) -> list[U | Exception]:
+        """[fn(item), or the exception it raised] per item: at most _READ_THREADS at once on
+        remote storage (each call waits on the network with the GIL released), one after
+        another on a local disk (where the work is Python's, not waiting)."""
+        def one(item: T) -> U | Exception:
+            try:
+                return fn(item)
+            except Exception as e:  # raised again by the caller
+                return e
+
+        if self.storage.is_local or len(items) < 2:
+            return [one(item) for item in items]
+        with ThreadPoolExecutor(min(_READ_THREADS, len(items)),
+                                thread_name_prefix="stateengine-read") as pool:
+            return list(pool.map(one, items))
 
     def manifests(self, version: int) -> list[tuple[int, int, dict[str, Any]]]:
         """(partition, num partitions, manifest document) of every manifest of version."""
@@ -428,9 +492,16 @@ class VersionCatalog:
 
     def _unpublish(self, version: int) -> None:
         self.storage.delete_file(f"{self.version_dir(version)}/{COMMITTED_MARKER}")
-        for info in self.storage.list_dir(self.version_dir(version)):
-            if _MANIFEST.match(info.base_name):
-                self.storage.delete_file(f"{self.version_dir(version)}/{info.base_name}")
+        self._delete_files([f"{self.version_dir(version)}/{info.base_name}"
+                            for info in self.storage.list_dir(self.version_dir(version))
+                            if _MANIFEST.match(info.base_name)])
+
+    def _delete_files(self, rels: list[str]) -> None:
+        """Deletes each file (concurrently on remote storage: one request per object); the
+        first error is raised once all were tried."""
+        for result in self._concurrently(self.storage.delete_file, rels):
+            if isinstance(result, Exception):
+                raise result
 
     def _second_look(self, old: list[int], cutoff: int) -> set[str]:
         """Shared files named by manifests published at versions up to the cutoff since
@@ -563,26 +634,31 @@ class VersionCatalog:
         old = [v for v in versions if v < cutoff]
         if not old:
             return {"versions": 0, "files": 0}
+        read = self.manifest_handles_of(versions)
         keep_refs: set[str] = set()
         for v in versions:
             if v >= cutoff:
-                for _, _, h in self.manifest_handles(v):
+                handles = read[v]
+                if isinstance(handles, Exception):
+                    raise handles
+                for _, _, h in handles:
                     keep_refs.update(f.path for f in h.shared)
         candidates: set[str] = set()
         for v in old:
-            try:
-                for _, _, h in self.manifest_handles(v):
-                    candidates.update(f.path for f in h.shared)
-            except CorruptionError:
-                pass  # going anyway; its files become orphans for the grace-period sweep
+            handles = read[v]
+            if isinstance(handles, CorruptionError):
+                continue  # going anyway; its files become orphans for the grace-period sweep
+            if isinstance(handles, Exception):
+                raise handles
+            for _, _, h in handles:
+                candidates.update(f.path for f in h.shared)
         for v in old:  # unpublish first
             self._unpublish(v)
         keep_refs |= self._second_look(old, cutoff)
-        deleted = 0
-        for path in sorted(candidates - keep_refs):
-            if path.startswith(self.shared_dir + "/"):
-                self.storage.delete_file(path)
-                deleted += 1
+        doomed = [path for path in sorted(candidates - keep_refs)
+                  if path.startswith(self.shared_dir + "/")]
+        self._delete_files(doomed)
+        deleted = len(doomed)
         for v in old:
             self.storage.delete_dir(self.version_dir(v))
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
