@@ -13,6 +13,7 @@ the mean of batches 2 to the last (the first starts from empty state).
     python bench/scale_body.py --repeat 3             # best of 3 per step
     python bench/scale_body.py --ingest-min-keys 0    # batch puts through the memtable only
     python bench/scale_body.py --faults               # minor page faults per key, not CPU
+    python bench/scale_body.py --wall                 # elapsed time per key (I/O waits too)
 
 ``--faults`` counts the process's minor page faults per step instead (fresh memory each step
 touches: on a VM each costs one to ten µs, and unlike the CPU time the count does not move
@@ -46,9 +47,9 @@ def _minor_faults() -> float:
 
 
 def run_once(rows: int, keys: int, batches: int, partition: int, scratch: str,
-             faults: bool = False) -> list[dict[str, float]]:
-    """One run from empty state; per batch the CPU µs (or ``faults``: minor page faults) per
-    distinct key of each step."""
+             measure: str = "cpu") -> list[dict[str, float]]:
+    """One run from empty state; per batch the CPU µs (``measure`` "wall": elapsed µs,
+    "faults": minor page faults) per distinct key of each step."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -62,7 +63,8 @@ def run_once(rows: int, keys: int, batches: int, partition: int, scratch: str,
                                   local_dir=os.path.join(root, "local"))
     rng = np.random.default_rng(21)
     out = []
-    clock = _minor_faults if faults else time.process_time
+    clock = {"cpu": time.process_time, "wall": time.perf_counter, "faults": _minor_faults}[measure]
+    faults = measure == "faults"
     try:
         for b in range(batches):
             users = rng.integers(0, keys, rows // batches).astype(np.int64)
@@ -128,6 +130,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--scratch", default=None)
     p.add_argument("--faults", action="store_true",
                    help="minor page faults per distinct key instead of CPU µs")
+    p.add_argument("--wall", action="store_true",
+                   help="elapsed µs per distinct key instead of CPU µs (waits for I/O count)")
     p.add_argument("--ingest-min-keys", type=int, default=None,
                    help="batch puts of at least this many keys are ingested as a table file "
                         "(0: never; default: the library's threshold)")
@@ -137,13 +141,14 @@ def main(argv: list[str]) -> int:
         from stateengine import configure_batch_ingest
 
         configure_batch_ingest(args.ingest_min_keys)
-    unit = "minor page faults" if args.faults else "µs of CPU"
+    measure = "faults" if args.faults else "wall" if args.wall else "cpu"
+    unit = {"faults": "minor page faults", "wall": "µs elapsed", "cpu": "µs of CPU"}[measure]
     scratch = tempfile.mkdtemp(prefix="stateengine-body-", dir=args.scratch)
     try:
         best: dict[str, float] = {}
         for r in range(args.repeat):
             runs = run_once(args.rows, args.keys, args.batches, args.partition, scratch,
-                            args.faults)
+                            measure)
             later = runs[1:] or runs
             mean = {s: sum(b[s] for b in later) / len(later) for s in STEPS}
             state = sum(mean[s] for s in ("get_many", "arrow->numpy", "put_many", "commit"))

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "codec.h"
+#include "prefetch.h"
 
 namespace stateengine {
 namespace {
@@ -628,12 +629,215 @@ class ArrowDecoder {
   std::string scratch_;  // an upgraded old value (versions)
 };
 
+// ---- structs of fixed-width scalars --------------------------------------------------------
+
+// A struct whose children are all 4- or 8-byte scalars (counters, sums, times: the usual typed
+// value) is read and written without the generic per-field dispatch and per-value appends:
+// its layout is a null bitmap and then each non-null child's big-endian bytes, so a row is one
+// bounded loop over the children writing straight into buffers sized for the whole batch.
+// Both directions accept and refuse exactly what the generic ArrowDecoder::Append and
+// ArrowEncoder::Value do (tests/test_typed_state.py holds them to the scalar codec).
+class FlatStruct {
+ public:
+  static constexpr size_t kMaxFields = 64;
+
+  struct Field {
+    uint8_t type;
+    uint8_t width;
+    bool nullable;
+    bool ranged;  // dates and timestamps: years 1..9999 only
+  };
+
+  // Whether the root of s is such a struct (1 to kMaxFields children).
+  bool Compile(const RowSchema& s) {
+    const RowNode& root = s.node(0);
+    if (root.type != kRowStruct || root.num_children == 0 || root.num_children > kMaxFields) {
+      return false;
+    }
+    for (uint32_t k = 0; k < root.num_children; ++k) {
+      const RowNode& c = s.node(s.child(root, k));
+      uint8_t width = 0;
+      switch (c.type) {
+        case kRowBigint:
+        case kRowDouble:
+        case kRowTimestamp:
+        case kRowTimestampNtz:
+          width = 8;
+          break;
+        case kRowInt:
+        case kRowFloat:
+        case kRowDate:
+          width = 4;
+          break;
+        default:
+          return false;
+      }
+      const bool ranged = c.type == kRowDate || c.type == kRowTimestamp || c.type == kRowTimestampNtz;
+      fields_.push_back(Field{c.type, width, c.nullable, ranged});
+    }
+    bitmap_ = BitmapBytes(root.num_children);
+    return true;
+  }
+
+  // Decodes row_at(r) for every row (or *fill where a row has no value, when fill is set).
+  template <typename RowAt>
+  bool Decode(ArrowDecoder* dec, size_t rows, const std::string* fill, RowAt row_at,
+              ArrowArray* out, RowError* err) const {
+    Columns cols(this, dec, rows);
+    for (size_t r = 0; r < rows; ++r) {
+      rocksdb::Slice v;
+      if (!row_at(r, &v)) {
+        if (fill == nullptr) {
+          cols.Null();
+          continue;
+        }
+        v = rocksdb::Slice(*fill);
+      }
+      if (!cols.Row(r, v)) {
+        err->code = kRowCorrupt;
+        err->row = static_cast<int64_t>(r);
+        return false;
+      }
+    }
+    cols.Export(dec, out);
+    return true;
+  }
+
+  // The output columns of a batch read, every row written in place (in any order).
+  class Columns {
+   public:
+    Columns(const FlatStruct* flat, ArrowDecoder* dec, size_t rows)
+        : flat_(flat), root_(dec->Make(0)), rows_(rows) {
+      const size_t bits = rows / 8 + 1;
+      root_->validity.assign(bits, 0);
+      for (size_t k = 0; k < flat->fields_.size(); ++k) {
+        Builder* c = root_->children[k].get();
+        c->data.resize(rows * flat->fields_[k].width);  // zeros: a null child, as AppendNull
+        c->validity.assign(bits, 0);
+        c->length = static_cast<int64_t>(rows);
+        data_[k] = c->data.data();
+        valid_[k] = c->validity.data();
+      }
+    }
+
+    // Row r is null (its value bytes stay zero and its validity bits unset).
+    void Null() {
+      ++root_->null_count;
+      for (auto& c : root_->children) ++c->null_count;
+    }
+
+    // Row r holds the value v; false if v is not a valid encoding of the struct.
+    bool Row(size_t r, const rocksdb::Slice& v) {
+      const char* p = v.data();
+      const size_t n = v.size();
+      const size_t bitmap = flat_->bitmap_;
+      const size_t k_count = flat_->fields_.size();
+      if (n < bitmap) return false;
+      const uint8_t bit = static_cast<uint8_t>(1u << (r & 7));
+      size_t pos = bitmap;
+      for (size_t k = 0; k < k_count; ++k) {
+        const Field& f = flat_->fields_[k];
+        if (BitSet(p, k)) {
+          if (!f.nullable) return false;
+          ++root_->children[k]->null_count;
+          continue;
+        }
+        if (n - pos < f.width || (f.ranged && !InSparkRange(f.type, p + pos))) return false;
+        if (f.width == 8) {
+          const uint64_t x = GetBE64(p + pos);
+          std::memcpy(data_[k] + r * 8, &x, 8);
+        } else {
+          const uint32_t x = GetBE32(p + pos);
+          std::memcpy(data_[k] + r * 4, &x, 4);
+        }
+        valid_[k][r >> 3] |= bit;
+        pos += f.width;
+      }
+      if ((k_count & 7) != 0 && (static_cast<unsigned char>(p[bitmap - 1]) >> (k_count & 7)) != 0) {
+        return false;
+      }
+      if (pos != n) return false;
+      root_->validity[r >> 3] |= bit;
+      return true;
+    }
+
+    // Asks for the cache lines row r will write (rows come in key order: a random permutation).
+    STATEENGINE_PREFETCHES void Prefetch(size_t r) const {
+      for (size_t k = 0; k < flat_->fields_.size(); ++k) {
+        __builtin_prefetch(data_[k] + r * flat_->fields_[k].width, 1, 3);
+      }
+    }
+
+    void Export(ArrowDecoder* dec, ArrowArray* out) {
+      root_->length = static_cast<int64_t>(rows_);
+      dec->Export(std::move(root_), out);
+    }
+
+   private:
+    const FlatStruct* flat_;
+    std::unique_ptr<Builder> root_;
+    size_t rows_;
+    uint8_t* data_[kMaxFields];
+    uint8_t* valid_[kMaxFields];
+  };
+
+  // Appends the encoding of logical row i of struct array a (not null) to out; on a null in
+  // a NOT NULL child or a time out of range, fills err (code and the child's index) instead.
+  bool Encode(const ArrowArray* a, int64_t i, std::string* out, RowError* err) const {
+    char buf[kMaxFields / 8 + kMaxFields * 8];
+    std::memset(buf, 0, bitmap_);
+    size_t pos = bitmap_;
+    const int64_t ci = a->offset + i;  // a struct's offset applies to its children
+    for (size_t k = 0; k < fields_.size(); ++k) {
+      const Field& f = fields_[k];
+      const ArrowArray* c = a->children[k];
+      if (ArrowIsNull(c, ci)) {
+        if (!f.nullable) return Refuse(kRowNull, k, err);
+        buf[k >> 3] = static_cast<char>(buf[k >> 3] | (1 << (k & 7)));
+        continue;
+      }
+      if (f.width == 8) {
+        const uint64_t x = ArrowLoad<uint64_t>(c, 1, ci);
+        if (f.ranged && (static_cast<int64_t>(x) < kMinTimestampMicros ||
+                         static_cast<int64_t>(x) > kMaxTimestampMicros)) {
+          return Refuse(kRowOutOfRange, k, err);
+        }
+        StoreBE64(buf + pos, x);
+      } else {
+        const uint32_t x = ArrowLoad<uint32_t>(c, 1, ci);
+        if (f.ranged && (static_cast<int32_t>(x) < kMinDateDays ||
+                         static_cast<int32_t>(x) > kMaxDateDays)) {
+          return Refuse(kRowOutOfRange, k, err);
+        }
+        StoreBE32(buf + pos, x);
+      }
+      pos += f.width;
+    }
+    out->append(buf, pos);
+    return true;
+  }
+
+ private:
+  static bool Refuse(int code, size_t k, RowError* err) {
+    err->code = code;
+    err->path.assign(1, static_cast<int64_t>(k));
+    return false;
+  }
+
+  std::vector<Field> fields_;
+  size_t bitmap_ = 0;
+};
+
 // Decodes every stored value row(i) returns (found or not) into one Arrow array.
 template <typename RowAt>
 bool Decode(const RowSchema& s, const RowVersions* versions, size_t rows, int layout,
             const std::string* fill, RowAt row_at, ArrowArray* out, RowError* err) {
   try {
     ArrowDecoder dec(s);
+    FlatStruct flat;
+    if (layout == kStoredValue && versions == nullptr && flat.Compile(s)) {
+      return flat.Decode(&dec, rows, fill, row_at, out, err);
+    }
     std::string upgraded_value;
     std::unique_ptr<Builder> root = layout == kStoredList ? dec.MakeList() : dec.Make(0);
     dec.Reserve(root.get(), rows);
@@ -710,6 +914,8 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
     offsets->reserve(static_cast<size_t>(n) + 1);
     nulls->assign(null_rows == kNullRowsMark ? static_cast<size_t>(n) : 0, 0);
     const bool marked = !prefix.empty();
+    FlatStruct flat;
+    const bool is_flat = flat.Compile(schema);
     for (int64_t r = 0; r < n; ++r) {
       if (r == 1) ReserveLike(data, static_cast<size_t>(n));
       if (ArrowIsNull(array, r)) {
@@ -723,7 +929,7 @@ bool EncodeArrowRows(const RowSchema& schema, const ArrowSchema* type, const Arr
       } else {
         if (null_rows == kNullRowsMapFlag) data->push_back(0);
         if (marked) data->append(prefix);
-        if (!enc.Value(0, type, array, r, data)) {
+        if (is_flat ? !flat.Encode(array, r, data, err) : !enc.Value(0, type, array, r, data)) {
           err->row = r;
           std::reverse(err->path.begin(), err->path.end());
           return false;
@@ -752,6 +958,68 @@ bool DecodeBatchToArrow(const RowSchema& schema, const RowVersions* versions,
                   return true;
                 },
                 out, err);
+}
+
+rocksdb::Status ReadBatchToArrow(StateDB* db, int cf, const RowSchema& schema,
+                                 const RowVersions* versions, const KeyBatch& batch,
+                                 const std::string* fill, ArrowArray* out, uint8_t* found,
+                                 RowError* err, bool* handled) {
+  FlatStruct flat;
+  *handled = versions == nullptr && db->ttl(cf) == nullptr && flat.Compile(schema);
+  if (!*handled) return rocksdb::Status::OK();
+  // Each group's value goes to the rows of its key (one for distinct keys), which lie at
+  // random in the output: their cache lines are asked for a few groups ahead.
+  class Visitor : public GroupVisitor {
+   public:
+    Visitor(const KeyBatch& batch, FlatStruct::Columns* cols, const std::string* fill,
+            uint8_t* found, RowError* err)
+        : order_(batch.order()), start_(batch.group_start()), cols_(cols), fill_(fill),
+          found_(found), err_(err), groups_(batch.groups()) {}
+
+    rocksdb::Status Visit(size_t g, const rocksdb::Slice* value) override {
+      if (g + kPrefetchRows < groups_) cols_->Prefetch(order_[start_[g + kPrefetchRows]]);
+      rocksdb::Slice v;
+      if (value != nullptr) {
+        v = *value;
+      } else if (fill_ != nullptr) {
+        v = rocksdb::Slice(*fill_);
+      }
+      for (uint32_t i = start_[g]; i < start_[g + 1]; ++i) {
+        const uint32_t r = order_[i];
+        found_[r] = value != nullptr;
+        if (value == nullptr && fill_ == nullptr) {
+          cols_->Null();
+        } else if (!cols_->Row(r, v)) {
+          err_->code = kRowCorrupt;
+          err_->row = r;
+          return rocksdb::Status::Corruption("a stored value does not decode");
+        }
+      }
+      return rocksdb::Status::OK();
+    }
+
+   private:
+    const std::vector<uint32_t>& order_;
+    const std::vector<uint32_t>& start_;
+    FlatStruct::Columns* cols_;
+    const std::string* fill_;
+    uint8_t* found_;
+    RowError* err_;
+    size_t groups_;
+  };
+  try {
+    ArrowDecoder dec(schema);
+    FlatStruct::Columns cols(&flat, &dec, batch.rows());
+    Visitor visitor(batch, &cols, fill, found, err);
+    rocksdb::Status st = VisitBatch(db, cf, batch, &visitor);
+    if (err->code != kRowOk) return rocksdb::Status::OK();
+    if (!st.ok()) return st;
+    cols.Export(&dec, out);
+    return st;
+  } catch (const std::bad_alloc&) {  // no exception may reach the bindings
+    err->code = kRowNoMemory;
+    return rocksdb::Status::OK();
+  }
 }
 
 bool DecodeSlicesToArrow(const RowSchema& schema, const RowVersions* versions,

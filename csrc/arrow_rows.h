@@ -75,6 +75,16 @@ bool DecodeBatchToArrow(const RowSchema& schema, const RowVersions* versions,
                         const std::string* fill, ArrowArray* out, uint8_t* found,
                         RowError* err);
 
+// BatchGet and DecodeBatchToArrow (kStoredValue) in one pass, each value decoded into its rows
+// as the read meets it (VisitBatch), without a copy of the batch's values in between; for a
+// state without TTL or schema versions whose schema is a struct of fixed-width scalars only.
+// *handled is false for any other state, which nothing has then been read from; otherwise
+// the result is DecodeBatchToArrow's (a non-OK status from RocksDB, or false in err->code).
+rocksdb::Status ReadBatchToArrow(StateDB* db, int cf, const RowSchema& schema,
+                                 const RowVersions* versions, const KeyBatch& batch,
+                                 const std::string* fill, ArrowArray* out, uint8_t* found,
+                                 RowError* err, bool* handled);
+
 // One Arrow array with a row per stored value (null where a map value is None).
 bool DecodeSlicesToArrow(const RowSchema& schema, const RowVersions* versions,
                          const std::vector<rocksdb::Slice>& values, int layout, ArrowArray* out,

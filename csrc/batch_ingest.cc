@@ -97,8 +97,11 @@ rocksdb::Status IngestedBatch::Open() {
   // were 2.3x the checkpoint bytes to upload (bench/scale_body.py at 20M rows).
   rocksdb::Options options = db_->SstFileOptions(cf_, bottommost_);
   path_ = db_->path() + "/batch-put-" + std::to_string(g_next_file.fetch_add(1)) + ".sst";
+  // The page cache keeps what is written (SstFileWriter drops it every MiB by default, for
+  // bulk loads read much later): the next batch reads this file at once, as it would a flush.
   writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options,
-                                                     db_->handle(cf_));
+                                                     db_->handle(cf_),
+                                                     /*invalidate_page_cache=*/false);
   return writer_->Open(path_);
 }
 

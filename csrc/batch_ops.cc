@@ -1042,6 +1042,26 @@ rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues
   return st;
 }
 
+rocksdb::Status VisitBatch(StateDB* db, int cf, const KeyBatch& batch, GroupVisitor* visitor,
+                           int mode) {
+  if (db->ttl(cf) != nullptr) {
+    return rocksdb::Status::InvalidArgument("VisitBatch: a state with TTL is read by BatchGet");
+  }
+  return GuardStatus("reading a batch", [&]() -> rocksdb::Status {
+    const size_t groups = batch.groups();
+    if (groups == 0) return rocksdb::Status::OK();
+    rocksdb::ReadOptions ro;
+    rocksdb::ColumnFamilyHandle* h = db->handle(cf);
+    auto take = [&](size_t g, const rocksdb::Slice&, const rocksdb::Slice* value) {
+      return visitor->Visit(g, value);
+    };
+    rocksdb::Status st = PreferDense(db, h, groups, mode) ? DenseRead(db, h, ro, batch, take)
+                                                    : PointRead(db, h, ro, batch, take);
+    if (st.ok()) db->CountReads(batch.rows());
+    return st;
+  });
+}
+
 rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead how,
                           BatchValues* out, int mode) {
   const TtlState* ttl = how == GroupRead::kStored ? nullptr : db->ttl(cf).get();

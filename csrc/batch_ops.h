@@ -211,6 +211,19 @@ int SetBatchReadMode(int mode);
 // other than kReadAuto reads that way, whatever SetBatchReadMode says.
 rocksdb::Status BatchGet(StateDB* db, int cf, const KeyBatch& batch, BatchValues* out,
                          bool write_back = true, int mode = kReadAuto);
+// Receives a batch read's values one group at a time, in key order: value is null where the
+// key holds nothing, and valid only during the call. A non-OK status ends the read.
+class GroupVisitor {
+ public:
+  virtual ~GroupVisitor() = default;
+  virtual rocksdb::Status Visit(size_t group, const rocksdb::Slice* value) = 0;
+};
+// Reads as BatchGet does (the same keys, the same way, counted alike), but hands each value to
+// the visitor instead of copying it into a BatchValues: a reader that decodes every value at
+// once keeps no copy of the batch's values. Column families with TTL are refused
+// (InvalidArgument): their reads may write back.
+rocksdb::Status VisitBatch(StateDB* db, int cf, const KeyBatch& batch, GroupVisitor* visitor,
+                           int mode = kReadAuto);
 // kStored: the stored bytes, timestamps included; kRead / kReadOnly: BatchGet with / without
 // write-backs.
 enum class GroupRead { kStored, kRead, kReadOnly };

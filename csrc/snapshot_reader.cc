@@ -115,8 +115,10 @@ rocksdb::Status SstSink::Roll(int cf, Column* col) {
   // are rewritten (compressed) by the first compaction that reaches their key range.
   rocksdb::Options options = db_->SstFileOptions(cf);
   options.compression = rocksdb::kNoCompression;
+  // Kept in the page cache, as batch_ingest.cc's files: the restored state is read next.
   col->writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options,
-                                                         db_->handle(cf));
+                                                         db_->handle(cf),
+                                                         /*invalidate_page_cache=*/false);
   return col->writer->Open(col->files.back());
 }
 

@@ -346,6 +346,33 @@ cdef tuple _rows_result(NativeState s, RowCodec row, _Batch b, int layout, objec
     return decoded_array(row, out, err, ok, layout == kStoredList, f"state '{s.name}'"), found
 
 
+cdef tuple _read_rows(NativeState s, RowCodec row, _Batch b, object fill_value):
+    """_read and then _rows_result (kStoredValue), in one pass where the state allows it
+    (ReadBatchToArrow: each value decoded as the read meets it, no copy of the values)."""
+    cdef _ArrowOut out = _ArrowOut()
+    cdef CRowError err
+    cdef string fill
+    cdef const string* fillp = NULL
+    cdef cbool handled = False
+    cdef CStatus st
+    found = _np_empty(b.n, dtype=_np_bool_dtype)
+    cdef uint8_t* fp = <uint8_t*>_output_data(found)
+    if fill_value is not None:
+        RowCodec.encode(row, fill_value, &fill)  # in the current schema, without a marker
+        fillp = &fill
+    cdef CStateDB* db = s._backend._enter()
+    with nogil:
+        st = CReadBatchToArrow(db, s._cf, row.schema, row.versions, b.kb, fillp, &out.array, fp,
+                               &err, &handled)
+    s._backend._leave()
+    if not handled:
+        _read(s, b)
+        return _rows_result(s, row, b, kStoredValue, fill_value)
+    if err.code == kRowOk:
+        check_status(st)
+    return decoded_array(row, out, err, err.code == kRowOk, False, f"state '{s.name}'"), found
+
+
 cdef object _empty_rows(RowCodec row, bint list_of):
     pa = _pyarrow()
     return pa.array([], type=pa.list_(row.arrow_type) if list_of else row.arrow_type)
@@ -563,8 +590,7 @@ def _value_get_many(NativeValueState s, keys):
     if s._vrow is not None:
         if b.n == 0:
             return _empty_rows(s._vrow, False), _np_empty(0, dtype=np.bool_)
-        _read(s, b)
-        return _keep_keys(s, b, _rows_result(s, s._vrow, b, kStoredValue, s._default))
+        return _keep_keys(s, b, _read_rows(s, s._vrow, b, s._default))
     if b.n == 0:
         return _empty_result(s, typed)
     _read(s, b)
@@ -757,8 +783,7 @@ def _merging_get_many(NativeState s, keys, bint typed, fn):
     if s._vrow is not None and fn is None:
         if b.n == 0:
             return _empty_rows(s._vrow, False), _np_empty(0, dtype=np.bool_)
-        _read(s, b)
-        return _rows_result(s, s._vrow, b, kStoredValue, None)
+        return _read_rows(s, s._vrow, b, None)
     if b.n == 0:
         return _empty_result(s, typed)
     _read(s, b)

@@ -474,6 +474,9 @@ cdef extern from "arrow_rows.h" namespace "stateengine" nogil:
     cbool CDecodeBatchToArrow "stateengine::DecodeBatchToArrow"(
         const CRowSchema&, const CRowVersions*, const CKeyBatch&, const CBatchValues&, int,
         const string*, ArrowArray*, uint8_t*, CRowError*)
+    CStatus CReadBatchToArrow "stateengine::ReadBatchToArrow"(
+        CStateDB*, int, const CRowSchema&, const CRowVersions*, const CKeyBatch&, const string*,
+        ArrowArray*, uint8_t*, CRowError*, cbool*)
     cbool CDecodeSlicesToArrow "stateengine::DecodeSlicesToArrow"(
         const CRowSchema&, const CRowVersions*, const vector[CSlice]&, int, ArrowArray*,
         CRowError*)
