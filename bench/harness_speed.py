@@ -16,12 +16,15 @@ batches does (the next batch then restores that partition).
     python bench/harness_speed.py --harness-only --batches 100 --warmup 5
     python bench/harness_speed.py --harness-only --no-shm   # state on the temporary folder's disk
     python bench/harness_speed.py --sizes 10x50 --stream    # also as streaming micro-batches
+    python bench/harness_speed.py --rocksdb debian          # Debian's librocksdb (default: the wheel's)
 
 ``--stream`` also runs the batches as micro-batches of streaming queries on the same session
 (one Parquet file per batch, Spark's own ``durationMs.triggerExecution`` per batch): what a
 user's local test of a streaming query waits for, offset and commit logs included.
 
-Spark runs on local[2] with 2 shuffle partitions, the harness with 2 partitions. Results go
+Spark runs on local[2] with 2 shuffle partitions, the harness with 2 partitions (both
+``HARNESS_BENCH_PARTITIONS``). Both run on the release wheel's RocksDB unless ``--rocksdb
+debian`` (bench/builds.py), as a user's tests do after ``pip install stateengine``. Results go
 to bench/results/harness-speed.json.
 """
 
@@ -41,10 +44,10 @@ import numpy as np
 import pandas as pd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for path in (HERE, ROOT):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import builds  # noqa: E402
 
 OUT = "user long, count long, total double"
 PARTITIONS = int(os.environ.get("HARNESS_BENCH_PARTITIONS", "2"))
@@ -219,14 +222,18 @@ def main() -> None:
     p.add_argument("--no-shm", action="store_true",
                    help="the harnesses keep their state in the default temporary folder, as "
                         "where /dev/shm is missing or small (a container's), not in /dev/shm")
+    p.add_argument("--rocksdb", choices=("debian", "release"), default=None,
+                   help="the librocksdb measured: the release wheel's (default) or Debian's")
     args = p.parse_args()
+    args.build = builds.describe(builds.use(args.rocksdb, False, __file__))["rocksdb"]
+    print(f"build: {args.build}", flush=True)  # builds.use may have restarted this script
     if args.out is None and not args.harness_only:
         args.out = os.path.join(HERE, "results", "harness-speed.json")
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # builds.use set SPARK_LOCAL_IP, PYSPARK_PYTHON and PYTHONPATH (the build's root) for
+    # the workers; the bench's own modules are found there too
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [ROOT, HERE] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
+        [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x] + [HERE])
     from pyspark.sql import SparkSession
 
     if args.no_shm:
@@ -263,8 +270,8 @@ def _report(args: argparse.Namespace, runs: list[dict], load_before: list[float]
     print(f"load average before {load_before}, after {load_after} ({os.cpu_count()} CPUs)")
     if args.out is None:
         return
-    report = {"batches": args.batches, "warmup": args.warmup, "partitions": PARTITIONS,
-              "no_shm": args.no_shm,
+    report = {"rocksdb": args.build, "batches": args.batches, "warmup": args.warmup,
+              "partitions": PARTITIONS, "no_shm": args.no_shm,
               "sizes": runs, "load_before": load_before, "load_after": load_after}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

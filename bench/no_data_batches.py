@@ -27,7 +27,8 @@ On pyspark 3.5 leave ``processing_time`` out: its rate-micro-batch source under
 ``Trigger.AvailableNow`` makes the query read every file in one batch.
 
 Runs on local[2] with 2 shuffle (and state) partitions, bound to 127.0.0.1, as
-bench/cases_spark.py does. Print the load average with the figures: on a shared machine the
+bench/cases_spark.py does, on the release wheel's RocksDB unless ``--rocksdb debian``
+(bench/builds.py). Print the load average with the figures: on a shared machine the
 spread between rounds says how far to trust the ratio.
 """
 
@@ -48,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import builds  # noqa: E402
 from cases_spark import session, write_stream_source  # noqa: E402
 
 VARIANTS = ["none", "processing_time", "event_time"]
@@ -159,7 +161,11 @@ def main() -> None:
                         help="also run every variant with this conf set (labels '+conf'), "
                              "interleaved with the runs without it, each compared with "
                              "'none' under the same conf")
+    parser.add_argument("--rocksdb", choices=("debian", "release"), default=None,
+                        help="the librocksdb measured: the release wheel's (default) or Debian's")
     args = parser.parse_args()
+    build = builds.use(args.rocksdb, False, __file__)  # may restart this script
+    print(f"build: {builds.describe(build)['rocksdb']}", flush=True)
     variants = ["none"] + [v for v in args.variants.split(",") if v != "none"]
     unknown = set(variants) - set(VARIANTS)
     if unknown:
