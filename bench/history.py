@@ -73,6 +73,7 @@ def s3_line(doc: dict[str, Any]) -> dict[str, Any]:
                 for k, v in doc.items() if k.startswith("restore")}
     return {"bench": "s3_commit", "date": doc.get("date"), "commit": doc.get("commit"),
             "keys": doc["keys"], "value_bytes": doc["value_bytes"], "change": doc["change"],
+            **{k: doc[k] for k in ("latency_ms", "transfer_threads") if k in doc},
             "commits": [cost(c) for c in doc["commits"]], "restores": restores}
 
 

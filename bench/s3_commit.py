@@ -6,6 +6,8 @@ tests/s3_proxy.py in front of it; every request of the commit passes the proxy.
 
     python bench/s3_commit.py                       # 1,000,000 keys x 100 bytes, 1% changes
     python bench/s3_commit.py --keys 5000000 --commits 5
+    python bench/s3_commit.py --latency-ms 20        # each request 20 ms late, as on S3
+    STATEENGINE_TRANSFER_THREADS=1 python bench/s3_commit.py --latency-ms 20   # one file at a time
 
 Reports, per commit: requests by HTTP method, bytes sent and received, the files and bytes
 the commit uploaded; then the same for restoring the latest version in a fresh provider: a
@@ -32,7 +34,8 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from stateengine import StateStoreProvider, ValueStateDescriptor, configure_file_cache  # noqa: E402
+from stateengine import (StateStoreProvider, ValueStateDescriptor,  # noqa: E402
+                         configure_file_cache, transfer_threads)
 from stateengine.local_s3 import LocalS3Server  # noqa: E402
 from tests.s3_proxy import FaultProxy, totals  # noqa: E402
 
@@ -57,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--change", type=float, default=0.01, help="fraction of keys changed per commit")
     ap.add_argument("--commits", type=int, default=3, help="commits after the first")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="added by the proxy to every request (a real object store answers in "
+                         "tens of ms, moto on loopback in a few)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
 
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     server = LocalS3Server(log_path=os.path.join(work, "moto.log")).start()
     os.environ.update({k: v for k, v in server.env().items() if k != "AWS_ENDPOINT_URL"})
     proxy = FaultProxy(server.port).start()
+    if args.latency_ms > 0:
+        proxy.delay(args.latency_ms / 1e3)
     uri = server.uri("bench", endpoint=proxy.endpoint)
     rng = np.random.default_rng(1)
     rows = []
@@ -103,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"S3 commit cost: {args.keys:,} keys x {args.value_bytes} bytes, "
-          f"{args.change:.0%} of keys changed per commit")
+          f"{args.change:.0%} of keys changed per commit, {args.latency_ms:g} ms added per "
+          f"request, {transfer_threads()} transfer threads")
     head = (f"{'':>17} {'requests':>8} {'PUT':>5} {'POST':>5} {'GET':>5} {'HEAD':>5} "
             f"{'DELETE':>6} {'MB up':>8} {'MB down':>8} {'files up':>8} {'reused':>6} {'s':>6}")
     print(head)
@@ -119,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     path = history.record(args.out, "s3_commit", {
         "keys": args.keys, "value_bytes": args.value_bytes, "change": args.change,
+        "latency_ms": args.latency_ms, "transfer_threads": transfer_threads(),
         "commits": rows, "restore_same_machine": restores["here"],
         "restore_other_machine": restores["elsewhere"]})
     print(f"wrote {path} and its line in history.jsonl")

@@ -29,6 +29,7 @@ from .functions import AggregateFunction
 from .checkpoint.file_cache import configure_file_cache, file_cache_stats
 from .checkpoint.handles import load_handle
 from .checkpoint.storage import CheckpointStorage
+from .checkpoint.transfers import set_transfer_threads, transfer_threads
 from .metrics import StateMetrics, version_metrics
 from .keygroups import (KeyGroupRange, assign_key_group, key_group_prefix_bytes,
                         operator_for_key_group, spark_hash)
@@ -78,5 +79,6 @@ __all__ = [
     "configure_bloom_filters", "evolution",
     "configure_file_cache", "configure_memory", "file_cache_stats", "key_group_prefix_bytes",
     "load_handle", "memory_usage",
-    "operator_for_key_group", "reducers", "spark_hash",
+    "operator_for_key_group", "reducers", "set_transfer_threads", "spark_hash",
+    "transfer_threads",
 ]

@@ -44,6 +44,8 @@ class Exchange:
     body_bytes: int  # the request body alone (what an upload sends)
     response_bytes: int  # status line, headers and body back to the client
     fault: str = ""
+    started: float = 0.0  # time.monotonic() when the request's head had arrived
+    ended: float = 0.0  # ... and when the proxy had answered (or given up)
 
 
 @dataclass
@@ -143,6 +145,7 @@ class FaultProxy:
         self.exchanges: list[Exchange] = []
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
+        self._thread = threading.local()  # the request being served by this thread
         self._listener: socket.socket | None = None
         self._clients: set[socket.socket] = set()
         self._down = False
@@ -264,6 +267,8 @@ class FaultProxy:
             return list(self.exchanges)
 
     def _record(self, ex: Exchange) -> None:
+        ex.started = getattr(self._thread, "started", 0.0)
+        ex.ended = time.monotonic()
         with self._lock:
             self.exchanges.append(ex)
 
@@ -279,6 +284,7 @@ class FaultProxy:
                     req = _read_head(f)
                 except (_Closed, OSError, ValueError):
                     return
+                self._thread.started = time.monotonic()
                 method, target, _ = (req.first_line.split(" ", 2) + ["", ""])[:3]
                 path, _, query = target.partition("?")
                 expect = (req.header("expect") or "").lower() == "100-continue"

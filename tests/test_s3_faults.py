@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from stateengine import StateStoreProvider, StorageError, ValueStateDescriptor, configure_file_cache
+from stateengine import (StateStoreProvider, StorageError, ValueStateDescriptor,
+                         configure_file_cache, transfer_threads)
 from stateengine.checkpoint.storage import CheckpointStorage
 from stateengine.checkpoint.versions import VersionCatalog
 from stateengine.keygroups import KeyGroupRange
@@ -103,7 +105,10 @@ def test_failures_beyond_the_bound_fail_the_commit_and_keep_the_last_version(
         s3_proxy.fail(503, seconds=60)
         with pytest.raises(StorageError, match="failed 3 times, giving up"):
             commit_version(prov, 2)
-        assert len(s3_proxy.snapshot()) == 3  # the first request, tried three times: no more
+        # each upload in flight (up to transfer_threads() at once) tried three times, no
+        # more, and none started after they failed
+        tried = Counter(e.path for e in s3_proxy.snapshot())
+        assert set(tried.values()) == {3} and 1 <= len(tried) <= transfer_threads(), tried
         s3_proxy.clear_faults()
         assert_restores(uri, tmp_path, 1, "after-failure")
         commit_version(prov, 2)  # the store is healthy again: the same commit succeeds

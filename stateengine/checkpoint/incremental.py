@@ -45,6 +45,7 @@ from .full import with_digest, write_operator_state
 from .handles import FileRef, IncrementalHandle, decode_handle, encode_handle
 from .interface import SnapshotSource
 from .storage import CheckpointStorage
+from .transfers import transfer_each
 from .untrusted import trust_checkpoint_files, trust_tables
 
 
@@ -117,35 +118,51 @@ class IncrementalCheckpointer:
 
         def run() -> IncrementalHandle:
             try:
-                shared, private, reused_refs = [], [], []
-                uploaded = reused = uploaded_bytes = 0
+                if cancelled.is_set():
+                    raise SnapshotCancelledError("the checkpoint was cancelled before it finished")
+                # (name, the reused file or None) per file of the local checkpoint, in order
+                plan: list[tuple[str, FileRef | None]] = []
                 for name in sorted(os.listdir(local_dir)):
+                    prior = base.get(name) if name.endswith(".sst") else None
+                    # with a key, reuse only files whose content the manifest can pin
+                    if prior is not None and (prior.size != os.path.getsize(
+                            os.path.join(local_dir, name)) or not (prior.sha256 or not hmac_key)):
+                        prior = None
+                    plan.append((name, prior))
+
+                def upload(name: str) -> FileRef:
                     if cancelled.is_set():
                         raise SnapshotCancelledError("the checkpoint was cancelled before it finished")
                     path = os.path.join(local_dir, name)
-                    if name.endswith(".sst"):
-                        prior = base.get(name)
-                        # with a key, reuse only files whose content the manifest can pin
-                        if prior is not None and prior.size == os.path.getsize(path) and \
-                                (prior.sha256 or not hmac_key):
-                            shared.append(prior)
-                            reused_refs.append(prior)
-                            reused += 1
-                            continue
-                        ref = storage.upload(path, shared_file_name(shared_dir), local_name=name,
-                                             link=True)
-                        with self._lock:
-                            self._owned.add(ref.path)
-                        if name in written:  # where restores find it: the copy, or the link
-                            trust_tables([storage.resolve(ref.path)] if storage.is_local
-                                         else [path])
-                        shared.append(with_digest(ref, path, hmac_key))
-                    else:
+                    if not name.endswith(".sst"):
                         ref = storage.upload(path, f"{private_dir}/{name}", local_name=name,
                                              link=True)
-                        private.append(with_digest(ref, path, hmac_key))
-                    uploaded += 1
-                    uploaded_bytes += ref.size
+                        return with_digest(ref, path, hmac_key)
+                    ref = storage.upload(path, shared_file_name(shared_dir), local_name=name,
+                                         link=True)
+                    with self._lock:
+                        self._owned.add(ref.path)
+                    return with_digest(ref, path, hmac_key)
+
+                # on remote storage several files at once (transfers.py); all of them have
+                # finished, or failed, before the local checkpoint is deleted
+                new = [name for name, prior in plan if prior is None]
+                refs = dict(zip(new, transfer_each(upload, new, not storage.is_local)))
+                shared, private, reused_refs = [], [], []
+                for name, prior in plan:
+                    ref = prior if prior is not None else refs[name]
+                    (shared if name.endswith(".sst") else private).append(ref)
+                    if prior is not None:
+                        reused_refs.append(prior)
+                reused = len(reused_refs)
+                uploaded = len(new)
+                uploaded_bytes = sum(refs[name].size for name in new)
+                # tables this database's RocksDB wrote: where restores find them (the copy,
+                # or the link), trusted without a check
+                ours = [n for n in new if n.endswith(".sst") and n in written]
+                if ours:
+                    trust_tables([storage.resolve(refs[n].path) if storage.is_local
+                                  else os.path.join(local_dir, n) for n in ours])
                 op_ref = write_operator_state(backend, storage, f"{private_dir}/operator-state.bin",
                                               op_bytes, hmac_key)
                 stats = {"files_uploaded": uploaded, "files_reused": reused,

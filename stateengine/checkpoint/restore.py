@@ -34,6 +34,7 @@ from .handles import FullSnapshotHandle, IncrementalHandle, handle_from_dict
 from .interface import BackendFactory, RestoreTarget
 from .legacy import convert_legacy, is_legacy
 from .storage import CheckpointStorage
+from .transfers import transfer_each
 from .untrusted import check_rocksdb_files
 
 Handle = FullSnapshotHandle | IncrementalHandle
@@ -110,18 +111,23 @@ def restore_operator_state(handles: list[Handle], operator_index: int, paralleli
 
 def _materialize(handle: IncrementalHandle, db_dir: str) -> None:
     """Places a checkpoint's files as an openable RocksDB directory, verifying each; SST files
-    (immutable) are hard-linked when the checkpoint is local."""
+    (immutable) are hard-linked when the checkpoint is local. Remote files are downloaded
+    several at once (transfers.py)."""
     storage = CheckpointStorage(handle.root)
     os.makedirs(db_dir, exist_ok=True)
+    places, taken = [], set()
     for ref in handle.files():
         dest = os.path.join(db_dir, ref.local_name or os.path.basename(ref.path))
-        if os.path.dirname(dest) != db_dir or os.path.lexists(dest):
+        if os.path.dirname(dest) != db_dir or dest in taken or os.path.lexists(dest):
             raise CorruptionError(f"checkpoint {_describe(handle)}: local file name "
                                   f"{ref.local_name!r} is not a plain, unique name")
-        try:
-            storage.place_verified(ref, dest, link=dest.endswith(".sst"))
-        except CorruptionError as e:
-            raise naming(e, handle) from None
+        places.append((ref, dest))
+        taken.add(dest)
+    try:
+        transfer_each(lambda p: storage.place_verified(p[0], p[1], link=p[1].endswith(".sst")),
+                      places, not storage.is_local)
+    except CorruptionError as e:
+        raise naming(e, handle) from None
 
 
 def _describe(handle: IncrementalHandle) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -44,6 +43,7 @@ from .handles import IncrementalHandle, decode_handle
 from .incremental import shared_file_time_ms
 from .meta import check_key_layout
 from .storage import CheckpointStorage
+from .transfers import settle
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -378,17 +378,7 @@ class VersionCatalog:
         """[fn(item), or the exception it raised] per item: at most _READ_THREADS at once on
         remote storage (each call waits on the network with the GIL released), one after
         another on a local disk (where the work is Python's, not waiting)."""
-        def one(item: T) -> U | Exception:
-            try:
-                return fn(item)
-            except Exception as e:  # raised again by the caller
-                return e
-
-        if self.storage.is_local or len(items) < 2:
-            return [one(item) for item in items]
-        with ThreadPoolExecutor(min(_READ_THREADS, len(items)),
-                                thread_name_prefix="stateengine-read") as pool:
-            return list(pool.map(one, items))
+        return settle(fn, items, 1 if self.storage.is_local else _READ_THREADS)
 
     def manifests(self, version: int) -> list[tuple[int, int, dict[str, Any]]]:
         """(partition, num partitions, manifest document) of every manifest of version."""
