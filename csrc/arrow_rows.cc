@@ -686,14 +686,8 @@ class FlatStruct {
     Columns cols(this, dec, rows);
     for (size_t r = 0; r < rows; ++r) {
       rocksdb::Slice v;
-      if (!row_at(r, &v)) {
-        if (fill == nullptr) {
-          cols.Null();
-          continue;
-        }
-        v = rocksdb::Slice(*fill);
-      }
-      if (!cols.Row(r, v)) {
+      const bool stored = row_at(r, &v);
+      if (!cols.Put(r, stored ? &v : nullptr, fill)) {
         err->code = kRowCorrupt;
         err->row = static_cast<int64_t>(r);
         return false;
@@ -718,6 +712,14 @@ class FlatStruct {
         data_[k] = c->data.data();
         valid_[k] = c->validity.data();
       }
+    }
+
+    // Row r holds *v; where v is null, *fill, or null without a fill. False as Row.
+    bool Put(size_t r, const rocksdb::Slice* v, const std::string* fill) {
+      if (v != nullptr) return Row(r, *v);
+      if (fill != nullptr) return Row(r, rocksdb::Slice(*fill));
+      Null();
+      return true;
     }
 
     // Row r is null (its value bytes stay zero and its validity bits unset).
@@ -978,18 +980,10 @@ rocksdb::Status ReadBatchToArrow(StateDB* db, int cf, const RowSchema& schema,
 
     rocksdb::Status Visit(size_t g, const rocksdb::Slice* value) override {
       if (g + kPrefetchRows < groups_) cols_->Prefetch(order_[start_[g + kPrefetchRows]]);
-      rocksdb::Slice v;
-      if (value != nullptr) {
-        v = *value;
-      } else if (fill_ != nullptr) {
-        v = rocksdb::Slice(*fill_);
-      }
       for (uint32_t i = start_[g]; i < start_[g + 1]; ++i) {
         const uint32_t r = order_[i];
         found_[r] = value != nullptr;
-        if (value == nullptr && fill_ == nullptr) {
-          cols_->Null();
-        } else if (!cols_->Row(r, v)) {
+        if (!cols_->Put(r, value, fill_)) {
           err_->code = kRowCorrupt;
           err_->row = r;
           return rocksdb::Status::Corruption("a stored value does not decode");

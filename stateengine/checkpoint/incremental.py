@@ -126,7 +126,7 @@ class IncrementalCheckpointer:
                     prior = base.get(name) if name.endswith(".sst") else None
                     # with a key, reuse only files whose content the manifest can pin
                     if prior is not None and (prior.size != os.path.getsize(
-                            os.path.join(local_dir, name)) or not (prior.sha256 or not hmac_key)):
+                            os.path.join(local_dir, name)) or (hmac_key and not prior.sha256)):
                         prior = None
                     plan.append((name, prior))
 
@@ -134,14 +134,12 @@ class IncrementalCheckpointer:
                     if cancelled.is_set():
                         raise SnapshotCancelledError("the checkpoint was cancelled before it finished")
                     path = os.path.join(local_dir, name)
-                    if not name.endswith(".sst"):
-                        ref = storage.upload(path, f"{private_dir}/{name}", local_name=name,
-                                             link=True)
-                        return with_digest(ref, path, hmac_key)
-                    ref = storage.upload(path, shared_file_name(shared_dir), local_name=name,
-                                         link=True)
-                    with self._lock:
-                        self._owned.add(ref.path)
+                    table = name.endswith(".sst")
+                    ref = storage.upload(path, shared_file_name(shared_dir) if table
+                                         else f"{private_dir}/{name}", local_name=name, link=True)
+                    if table:
+                        with self._lock:
+                            self._owned.add(ref.path)
                     return with_digest(ref, path, hmac_key)
 
                 # on remote storage several files at once (transfers.py); all of them have
