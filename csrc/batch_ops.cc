@@ -16,6 +16,7 @@
 #include "composite_key.h"
 #include "keygroups.h"
 #include "prefetch.h"
+#include "sorted_runs.h"
 #include "status_guard.h"
 
 namespace stateengine {
@@ -944,18 +945,24 @@ constexpr size_t kDenseMinGroups = 1024;
 // A wanted key more than this many entries ahead is sought instead of stepped to.
 constexpr size_t kDenseMaxSteps = 16;
 std::atomic<int> g_read_mode{kReadAuto};
+// Reads taken each way (kReadPoint, kReadScan, kReadRuns), process-wide.
+std::atomic<uint64_t> g_read_ways[3];
 
-bool PreferDense(StateDB* db, rocksdb::ColumnFamilyHandle* h, size_t groups, int mode) {
+// How a batch of groups is read: kReadPoint, kReadScan (the merged iterator) or kReadRuns
+// (run by run where SortedRuns may, else the merged iterator).
+int ChooseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, size_t groups, int mode) {
   if (mode == kReadAuto) mode = g_read_mode.load(std::memory_order_relaxed);
-  if (mode != kReadAuto) return mode == kReadScan && groups > 0;
-  if (groups < kDenseMinGroups) return false;
+  if (mode != kReadAuto) return groups > 0 ? mode : kReadPoint;
+  if (groups < kDenseMinGroups) return kReadPoint;
   uint64_t entries = 0;
   if (!db->raw()->GetIntProperty(h, rocksdb::DB::Properties::kEstimateNumKeys, &entries)) {
-    return false;
+    return kReadPoint;
   }
-  return static_cast<double>(groups) * kDenseRatio >= static_cast<double>(entries);
+  return static_cast<double>(groups) * kDenseRatio >= static_cast<double>(entries) ? kReadRuns
+                                                                                   : kReadPoint;
 }
 
+void CountWay(int way) { g_read_ways[way - 1].fetch_add(1, std::memory_order_relaxed); }
 
 // Sorted MultiGets in bounded chunks; take(g, key, value or nullptr) for every group in order.
 template <typename Take>
@@ -987,8 +994,9 @@ rocksdb::Status PointRead(StateDB* db, rocksdb::ColumnFamilyHandle* h,
 // sees (the iterator resolves merges, range and point tombstones the same way), as of one
 // implicit snapshot taken when it is created.
 template <typename Take>
-rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::ReadOptions ro,
-                          const KeyBatch& batch, Take&& take) {
+rocksdb::Status MergedRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::ReadOptions ro,
+                           const KeyBatch& batch, Take&& take) {
+  CountWay(kReadScan);
   const size_t groups = batch.groups();
   // Past the last key nothing is wanted: the bound keeps the iterator from loading more.
   std::string upper = batch.group_key(groups - 1).ToString();
@@ -1023,9 +1031,49 @@ rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb::
   return it->status();
 }
 
+
+// The batch's keys through SortedRuns (sorted_runs.h) where it may read them, else through
+// the merged iterator; way kReadScan forces the latter.
+template <typename Take>
+rocksdb::Status DenseRead(StateDB* db, rocksdb::ColumnFamilyHandle* h,
+                          const rocksdb::ReadOptions& ro, const KeyBatch& batch, int way,
+                          Take&& take) {
+  std::unique_ptr<SortedRuns> runs;
+  if (way == kReadRuns && ro.snapshot == nullptr) {
+    SortedRuns::Open(db, h, batch.group_key(0), batch.group_key(batch.groups() - 1), &runs);
+  }
+  if (runs == nullptr) return MergedRead(db, h, ro, batch, take);
+  CountWay(kReadRuns);
+  for (size_t g = 0; g < batch.groups(); ++g) {
+    const rocksdb::Slice key = batch.group_key(g);
+    bool found = false;
+    rocksdb::Slice value;
+    rocksdb::Status st = runs->Find(key, &found, &value);
+    if (st.ok()) st = take(g, key, found ? &value : nullptr);
+    if (!st.ok()) return st;
+  }
+  return rocksdb::Status::OK();
+}
+
+// A batch's groups read the way ChooseRead says.
+template <typename Take>
+rocksdb::Status ReadGroups(StateDB* db, rocksdb::ColumnFamilyHandle* h,
+                           const rocksdb::ReadOptions& ro, const KeyBatch& batch, int mode,
+                           Take&& take) {
+  const int way = ChooseRead(db, h, batch.groups(), mode);
+  if (way == kReadPoint) {
+    CountWay(kReadPoint);
+    return PointRead(db, h, ro, batch, take);
+  }
+  return DenseRead(db, h, ro, batch, way, take);
+}
 }  // namespace
 
 int SetBatchReadMode(int mode) { return g_read_mode.exchange(mode); }
+
+void BatchReadCounts(uint64_t out[3]) {
+  for (int i = 0; i < 3; ++i) out[i] = g_read_ways[i].load(std::memory_order_relaxed);
+}
 
 void ReserveLike(std::string* data, size_t n) {
   constexpr size_t kCap = size_t{128} << 20;
@@ -1055,8 +1103,7 @@ rocksdb::Status VisitBatch(StateDB* db, int cf, const KeyBatch& batch, GroupVisi
     auto take = [&](size_t g, const rocksdb::Slice&, const rocksdb::Slice* value) {
       return visitor->Visit(g, value);
     };
-    rocksdb::Status st = PreferDense(db, h, groups, mode) ? DenseRead(db, h, ro, batch, take)
-                                                    : PointRead(db, h, ro, batch, take);
+    rocksdb::Status st = ReadGroups(db, h, ro, batch, mode, take);
     if (st.ok()) db->CountReads(batch.rows());
     return st;
   });
@@ -1103,8 +1150,7 @@ rocksdb::Status GetGroups(StateDB* db, int cf, const KeyBatch& batch, GroupRead 
       out->offsets.push_back(out->data.size());
       return rocksdb::Status::OK();
     };
-    rocksdb::Status st = PreferDense(db, h, groups, mode) ? DenseRead(db, h, ro, batch, take)
-                                                    : PointRead(db, h, ro, batch, take);
+    rocksdb::Status st = ReadGroups(db, h, ro, batch, mode, take);
     if (!st.ok()) return st;
     return writes.Count() == 0 ? rocksdb::Status::OK() : db->Write(&writes);
   });

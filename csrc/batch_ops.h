@@ -199,12 +199,15 @@ struct BatchValues {
 // twice over.
 void ReserveLike(std::string* data, size_t n);
 
-// How batch reads fetch a batch's distinct keys: sorted MultiGets, or one forward iterator
-// for dense batches (at least one key per 6 of the column family's entries). kReadAuto
-// chooses; the others force one way, for tests and measurements. Process-wide; returns the old
-// mode.
-enum BatchReadMode : int { kReadAuto = 0, kReadPoint = 1, kReadScan = 2 };
+// How batch reads fetch a batch's distinct keys: sorted MultiGets, or for dense batches (at
+// least one key per 6 of the column family's entries) a forward walk: table file by table
+// file where SortedRuns may (sorted_runs.h), else one merged iterator. kReadAuto chooses; the
+// others force one way, for tests and measurements (kReadRuns still walks the merged iterator
+// where SortedRuns declines). Process-wide; returns the old mode.
+enum BatchReadMode : int { kReadAuto = 0, kReadPoint = 1, kReadScan = 2, kReadRuns = 3 };
 int SetBatchReadMode(int mode);
+// How many batch reads went each way since the process started: [point, merged, runs].
+void BatchReadCounts(uint64_t out[3]);
 // In a state with TTL they are what point reads see (ttl.h), and what the reads leave behind
 // (cleanup of expired entries, refreshed stamps) is written once at the end, unless
 // write_back is false (reads of a read-modify-write, which writes every key anyway). A mode

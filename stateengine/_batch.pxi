@@ -493,16 +493,26 @@ cdef object _values_source(_Batch b, object values):
     return src
 
 
-BATCH_READ_MODES = ("auto", "point", "scan")
+BATCH_READ_MODES = ("auto", "point", "scan", "runs")
 
 
 def _set_batch_read_mode(str mode) -> str:
-    """How batch reads fetch keys, process-wide: "auto" (scan dense batches with one iterator,
-    MultiGet the others), "point" or "scan" (forced, for tests and measurements). Returns the
+    """How batch reads fetch keys, process-wide: "auto" (dense batches walked table file by
+    table file where that returns what one merged iterator returns, else with that iterator;
+    MultiGet the others), "point", "scan" (the merged iterator) or "runs" (file by file where
+    it may, else the merged iterator), forced, for tests and measurements. Returns the
     previous mode."""
     if mode not in BATCH_READ_MODES:
         raise ValueError(f"batch read mode {mode!r}: one of {', '.join(BATCH_READ_MODES)}")
     return BATCH_READ_MODES[CSetBatchReadMode(BATCH_READ_MODES.index(mode))]
+
+
+def _batch_read_counts() -> dict:
+    """How many batch reads this process made each way: point (MultiGets), scan (the merged
+    iterator) and runs (table file by table file)."""
+    cdef uint64_t counts[3]
+    CBatchReadCounts(counts)
+    return {"point": counts[0], "scan": counts[1], "runs": counts[2]}
 
 
 cdef int _read(NativeState s, _Batch b, bint write_back=True) except -1:

@@ -354,6 +354,7 @@ cdef extern from "batch_ops.h" namespace "stateengine" nogil:
     CStatus CBatchMergeList "stateengine::BatchMergeList"(
         CStateDB*, int, const CKeyBatch&, const CColumnView&, CCodec, CBatchError*)
     int CSetBatchReadMode "stateengine::SetBatchReadMode"(int)
+    void CBatchReadCounts "stateengine::BatchReadCounts"(uint64_t*)
     CStatus CBatchGet "stateengine::BatchGet"(CStateDB*, int, const CKeyBatch&, CBatchValues*,
                                               cbool)
     cbool CScatterInt64 "stateengine::ScatterInt64"(const CKeyBatch&, const CBatchValues&, CCodec,
