@@ -100,6 +100,7 @@ void SortedRuns::Open(StateDB* db, rocksdb::ColumnFamilyHandle* h, const rocksdb
   }
   // What each file holds: nothing but values, and point tombstones only where nothing older
   // lies beneath them.
+  uint64_t raw_bytes = 0;
   for (size_t i = 0; i < r->runs_.size(); ++i) {
     for (const File& file : r->runs_[i].files) {
       const auto props = file.reader->GetTableProperties();
@@ -107,8 +108,13 @@ void SortedRuns::Open(StateDB* db, rocksdb::ColumnFamilyHandle* h, const rocksdb
           (props->num_deletions != 0 && i + 1 != r->runs_.size())) {
         return;
       }
+      raw_bytes += props->raw_key_size + props->raw_value_size;
     }
   }
+  // Blocks of a state larger than half the block cache would only evict each other (and the
+  // point lookups' working set) before the next batch reads them: inserting them cost ~6% of
+  // a 20M-row batch's read. A smaller state's blocks stay cached for the next batch.
+  r->ro_.fill_cache = raw_bytes <= MemoryBudget::Instance().cache_capacity() / 2;
   r->upper_ = last.ToString();
   r->upper_.push_back('\0');
   r->upper_slice_ = rocksdb::Slice(r->upper_);

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from stateengine import (KeyedStateBackend, KeyGroupRange, ReducingStateDescriptor,
-                         ValueStateDescriptor, _native, reducers)
+                         ValueStateDescriptor, _native, configure_memory, memory_usage, reducers)
 
 STRUCT = "count long, total double"
 
@@ -296,3 +296,30 @@ def test_a_deleted_file_makes_the_read_fall_back(make_backend, read_mode, ingest
         os.rename(os.path.join(db, "moved"), os.path.join(db, tables[0]))
     assert ways == ["scan"]
     assert got == expected
+
+
+@pytest.mark.parametrize("budget_mib, fills", [(256, True), (20, False)])
+def test_the_read_fills_the_block_cache_only_with_a_state_that_fits_half_of_it(
+        make_backend, read_mode, ingest_above, budget_mib, fills):
+    """~6 MiB of keys and values: their blocks are cached for the next batch under the default
+    budget, and left out of a cache of a few MiB, where they would only evict each other."""
+    ingest_above(64)
+    old = memory_usage()
+    configure_memory(budget_mib << 20)
+    try:
+        backend = make_backend()
+        acc = backend.get_state(ValueStateDescriptor("acc", value_type=STRUCT))
+        keys = np.arange(200_000, dtype=np.int64)
+        rng = np.random.default_rng(9)
+        acc.put_many(keys, struct_rows(rng, len(keys)))
+        acc.put_many(keys[::2], struct_rows(rng, len(keys[::2])))
+        backend._native_flush()
+        configure_memory(4 << 20)  # evicts what earlier reads cached
+        configure_memory(budget_mib << 20)
+        before = memory_usage()["cache_blocks"]
+        ways, _ = ways_of(lambda: acc.get_many(keys))
+        grew = memory_usage()["cache_blocks"] - before
+        assert ways == ["runs"]
+        assert (grew > 4 << 20) == fills, grew
+    finally:
+        configure_memory(old["budget"], old["write_buffer_ratio"])
