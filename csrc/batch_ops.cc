@@ -942,8 +942,6 @@ namespace {
 // 4.7 0.44 / 0.63, 1 in 9.4 0.82 / 0.71: the two cost the same near 1 in 6.
 constexpr double kDenseRatio = 6.0;
 constexpr size_t kDenseMinGroups = 1024;
-// A wanted key more than this many entries ahead is sought instead of stepped to.
-constexpr size_t kDenseMaxSteps = 16;
 std::atomic<int> g_read_mode{kReadAuto};
 // Reads taken each way (kReadPoint, kReadScan, kReadRuns), process-wide.
 std::atomic<uint64_t> g_read_ways[3];
@@ -1012,7 +1010,7 @@ rocksdb::Status MergedRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb:
       positioned = true;
     } else {
       size_t steps = 0;
-      while (it->Valid() && it->key().compare(key) < 0 && steps < kDenseMaxSteps) {
+      while (it->Valid() && it->key().compare(key) < 0 && steps < kReadMaxSteps) {
         it->Next();
         ++steps;
       }

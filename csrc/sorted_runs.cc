@@ -13,10 +13,6 @@
 namespace stateengine {
 namespace {
 
-// A wanted key more than this many entries ahead is sought instead of stepped to (as
-// DenseRead does on the merged iterator).
-constexpr size_t kMaxSteps = 16;
-
 // Bytewise order of a and b: keys of 8 to 16 bytes (a key group and a bigint, most keys of a
 // batch read) as two big-endian words, without a call to memcmp.
 inline uint64_t LoadBE64(const char* p) {
@@ -149,7 +145,7 @@ rocksdb::Status SortedRuns::FindIn(Run* run, const rocksdb::Slice& key, bool* fo
   } else {
     for (size_t steps = 0; it->Valid(); ++steps) {
       if (CompareKeys(it->key(), key) >= 0) break;
-      if (steps == kMaxSteps) {
+      if (steps == kReadMaxSteps) {
         it->Seek(key);
         break;
       }

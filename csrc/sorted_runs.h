@@ -15,6 +15,7 @@
 // listing). The files are opened up front, so a decline happens before any key is read.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@
 namespace stateengine {
 
 class StateDB;
+
+// A forward read of sorted keys steps to a wanted key up to this many entries ahead and seeks
+// one further away (the merged iterator's DenseRead and SortedRuns alike).
+constexpr size_t kReadMaxSteps = 16;
 
 class SortedRuns {
  public:
