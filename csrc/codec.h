@@ -55,11 +55,19 @@ constexpr int kMaxAnyDepth = 64;
 // ---- primitive writers/readers (inline: they sit in every hot loop) ----
 
 // Store* write into memory the caller sized; Put* append to a string.
+// One load or store and a byte swap: GCC 12 at -O2 compiles the byte-by-byte loops these
+// replaced into eight iterations each, on every key and fixed-width value a batch touches.
+inline uint64_t ToBigEndian64(uint64_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return v;
+#else
+  return __builtin_bswap64(v);
+#endif
+}
+
 inline void StoreBE64(char* out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xFF);
-    v >>= 8;
-  }
+  v = ToBigEndian64(v);
+  std::memcpy(out, &v, 8);
 }
 
 inline void StoreBE32(char* out, uint32_t v) {
@@ -82,9 +90,9 @@ inline void PutBE32(std::string* out, uint32_t v) {
 }
 
 inline uint64_t GetBE64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return ToBigEndian64(v);  // the swap is its own inverse
 }
 
 inline uint32_t GetBE32(const char* p) {

@@ -1,13 +1,13 @@
 #include "sorted_runs.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 
 #include <rocksdb/comparator.h>
 #include <rocksdb/metadata.h>
 #include <rocksdb/table_properties.h>
 
+#include "codec.h"
 #include "db.h"
 
 namespace stateengine {
@@ -15,19 +15,13 @@ namespace {
 
 // Bytewise order of a and b: keys of 8 to 16 bytes (a key group and a bigint, most keys of a
 // batch read) as two big-endian words, without a call to memcmp.
-inline uint64_t LoadBE64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return __builtin_bswap64(v);
-}
-
 inline int CompareKeys(const rocksdb::Slice& a, const rocksdb::Slice& b) {
   const size_t n = a.size();
   if (n != b.size() || n < 8 || n > 16) return a.compare(b);
-  uint64_t x = LoadBE64(a.data()), y = LoadBE64(b.data());
+  uint64_t x = GetBE64(a.data()), y = GetBE64(b.data());
   if (x == y) {  // the last 8 bytes (overlapping the equal first ones where n < 16)
-    x = LoadBE64(a.data() + n - 8);
-    y = LoadBE64(b.data() + n - 8);
+    x = GetBE64(a.data() + n - 8);
+    y = GetBE64(b.data() + n - 8);
   }
   return x < y ? -1 : (x > y ? 1 : 0);
 }
