@@ -1009,12 +1009,7 @@ rocksdb::Status MergedRead(StateDB* db, rocksdb::ColumnFamilyHandle* h, rocksdb:
       it->Seek(key);
       positioned = true;
     } else {
-      size_t steps = 0;
-      while (it->Valid() && it->key().compare(key) < 0 && steps < kReadMaxSteps) {
-        it->Next();
-        ++steps;
-      }
-      if (it->Valid() && it->key().compare(key) < 0) it->Seek(key);
+      StepTo(it.get(), key);
     }
     if (!it->Valid() && !it->status().ok()) return it->status();
     if (it->Valid() && it->key() == key) {

@@ -7,24 +7,10 @@
 #include <rocksdb/metadata.h>
 #include <rocksdb/table_properties.h>
 
-#include "codec.h"
 #include "db.h"
 
 namespace stateengine {
 namespace {
-
-// Bytewise order of a and b: keys of 8 to 16 bytes (a key group and a bigint, most keys of a
-// batch read) as two big-endian words, without a call to memcmp.
-inline int CompareKeys(const rocksdb::Slice& a, const rocksdb::Slice& b) {
-  const size_t n = a.size();
-  if (n != b.size() || n < 8 || n > 16) return a.compare(b);
-  uint64_t x = GetBE64(a.data()), y = GetBE64(b.data());
-  if (x == y) {  // the last 8 bytes (overlapping the equal first ones where n < 16)
-    x = GetBE64(a.data() + n - 8);
-    y = GetBE64(b.data() + n - 8);
-  }
-  return x < y ? -1 : (x > y ? 1 : 0);
-}
 
 bool MemtablesEmpty(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
   // Both counts include range tombstones (MemTable::Add counts every entry).
@@ -47,9 +33,10 @@ void SortedRuns::Open(StateDB* db, rocksdb::ColumnFamilyHandle* h, const rocksdb
                       const rocksdb::Slice& last, std::unique_ptr<SortedRuns>* out) {
   out->reset();
   rocksdb::DB* raw = db->raw();
+  if (!MemtablesEmpty(raw, h)) return;
   const rocksdb::Options options = raw->GetOptions(h);
   // Keys are compared here as bytes, as the files order them.
-  if (options.comparator != rocksdb::BytewiseComparator() || !MemtablesEmpty(raw, h)) return;
+  if (options.comparator != rocksdb::BytewiseComparator()) return;
   rocksdb::ColumnFamilyMetaData meta;
   raw->GetColumnFamilyMetaData(h, &meta);
   std::unique_ptr<SortedRuns> r(new SortedRuns());
@@ -137,14 +124,7 @@ rocksdb::Status SortedRuns::FindIn(Run* run, const rocksdb::Slice& key, bool* fo
     it = file.it.get();
     it->Seek(key);
   } else {
-    for (size_t steps = 0; it->Valid(); ++steps) {
-      if (CompareKeys(it->key(), key) >= 0) break;
-      if (steps == kReadMaxSteps) {
-        it->Seek(key);
-        break;
-      }
-      it->Next();
-    }
+    StepTo(it, key);
   }
   if (!it->Valid()) return it->status();
   if (CompareKeys(it->key(), key) == 0) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,13 +24,41 @@
 #include <rocksdb/db.h>
 #include <rocksdb/sst_file_reader.h>
 
+#include "codec.h"
+
 namespace stateengine {
 
 class StateDB;
 
 // A forward read of sorted keys steps to a wanted key up to this many entries ahead and seeks
-// one further away (the merged iterator's DenseRead and SortedRuns alike).
+// one further away (batch_ops.cc's MergedRead and SortedRuns alike).
 constexpr size_t kReadMaxSteps = 16;
+
+// Bytewise order of a and b: keys of 8 to 16 bytes (a key group and a bigint, most keys of a
+// batch read) as two big-endian words, without a call to memcmp.
+inline int CompareKeys(const rocksdb::Slice& a, const rocksdb::Slice& b) {
+  const size_t n = a.size();
+  if (n != b.size() || n < 8 || n > 16) return a.compare(b);
+  uint64_t x = GetBE64(a.data()), y = GetBE64(b.data());
+  if (x == y) {  // the last 8 bytes (overlapping the equal first ones where n < 16)
+    x = GetBE64(a.data() + n - 8);
+    y = GetBE64(b.data() + n - 8);
+  }
+  return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+// Moves a positioned iterator forward to the first entry at or after key: stepped to when it
+// lies within kReadMaxSteps entries, sought beyond.
+inline void StepTo(rocksdb::Iterator* it, const rocksdb::Slice& key) {
+  for (size_t steps = 0; it->Valid(); ++steps) {
+    if (CompareKeys(it->key(), key) >= 0) return;
+    if (steps == kReadMaxSteps) {
+      it->Seek(key);
+      return;
+    }
+    it->Next();
+  }
+}
 
 class SortedRuns {
  public:
@@ -43,8 +72,6 @@ class SortedRuns {
   // The stored value of key (*found false where none is stored), valid until the next call.
   // Keys must come in increasing order, each after the previous one.
   rocksdb::Status Find(const rocksdb::Slice& key, bool* found, rocksdb::Slice* value);
-
-  size_t runs() const { return runs_.size(); }
 
   // More table files than this in the read's range: the merged iterator opens them as needed
   // from RocksDB's table cache, where this read would open each one again.

@@ -28,6 +28,16 @@ def read_mode():
     _native._set_batch_read_mode("auto")
 
 
+@pytest.fixture
+def long_state(make_backend, ingest_above):
+    """A backend whose batch puts of 64 keys or more are ingested, its value state "v" of
+    longs, and the 2,000 keys the tests write."""
+    ingest_above(64)
+    backend = make_backend()
+    return backend, backend.get_state(ValueStateDescriptor("v", value_type="long")), \
+        np.arange(2000, dtype=np.int64)
+
+
 def ways_of(read):
     """Which way (point, scan or runs) the reads in read() went, and read()'s result."""
     before = _native._batch_read_counts()
@@ -131,12 +141,8 @@ def test_a_level_of_several_files_is_one_run(tmp_path, read_mode, ingest_above):
             == [-k for k in newer.tolist()]
 
 
-def test_a_tombstone_in_the_oldest_run_is_read_file_by_file(make_backend, read_mode,
-                                                           ingest_above):
-    ingest_above(64)
-    backend = make_backend()
-    v = backend.get_state(ValueStateDescriptor("v", value_type="long"))
-    keys = np.arange(2000, dtype=np.int64)
+def test_a_tombstone_in_the_oldest_run_is_read_file_by_file(long_state, read_mode):
+    backend, v, keys = long_state
     vals = keys.astype(object)
     vals[::4] = None  # deletes, in the last level's file
     v.put_many(keys, vals)
@@ -145,12 +151,8 @@ def test_a_tombstone_in_the_oldest_run_is_read_file_by_file(make_backend, read_m
     assert got == [None if k % 4 == 0 else (k * 5 if k % 2 else k) for k in keys.tolist()]
 
 
-def test_a_tombstone_in_a_newer_run_reads_the_merged_iterator(make_backend, read_mode,
-                                                             ingest_above):
-    ingest_above(64)
-    backend = make_backend()
-    v = backend.get_state(ValueStateDescriptor("v", value_type="long"))
-    keys = np.arange(2000, dtype=np.int64)
+def test_a_tombstone_in_a_newer_run_reads_the_merged_iterator(long_state, read_mode):
+    backend, v, keys = long_state
     v.put_many(keys, keys)
     vals = keys.astype(object)
     vals[::3] = None  # tombstones in a level-0 file over values of the last level
@@ -161,11 +163,8 @@ def test_a_tombstone_in_a_newer_run_reads_the_merged_iterator(make_backend, read
     check_dense_read(read_mode, v, keys, "runs")
 
 
-def test_writes_in_the_memtable_read_the_merged_iterator(make_backend, read_mode, ingest_above):
-    ingest_above(64)
-    backend = make_backend()
-    v = backend.get_state(ValueStateDescriptor("v", value_type="long"))
-    keys = np.arange(2000, dtype=np.int64)
+def test_writes_in_the_memtable_read_the_merged_iterator(long_state, read_mode):
+    backend, v, keys = long_state
     v.put_many(keys, keys)
     backend.set_current_key(5)
     v.update(-5)
@@ -273,14 +272,11 @@ def test_random_histories_read_what_multiget_reads(make_backend, read_mode, inge
     assert set(ways) <= {"scan", "runs"}
 
 
-def test_a_deleted_file_makes_the_read_fall_back(make_backend, read_mode, ingest_above):
+def test_a_deleted_file_makes_the_read_fall_back(long_state, read_mode):
     """A file listed but gone when opened (a compaction deleted it since) declines the
     file-by-file read before any key is read: here the file is renamed away under RocksDB,
     which serves the merged iterator from the reader its table cache holds open."""
-    ingest_above(64)
-    backend = make_backend()
-    v = backend.get_state(ValueStateDescriptor("v", value_type="long"))
-    keys = np.arange(2000, dtype=np.int64)
+    backend, v, keys = long_state
     v.put_many(keys, keys)
     v.put_many(keys[::2], -keys[::2])
     read_mode("point")
